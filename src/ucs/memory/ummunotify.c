@@ -1,0 +1,927 @@
+/**
+ * Copyright (C) remapring contributors. ALL RIGHTS RESERVED.
+ * See file LICENSE for terms.
+ */
+
+#ifndef _GNU_SOURCE
+#define _GNU_SOURCE
+#endif
+
+#include "ummunotify_int.h"
+
+#include <ucs/config/parser.h>
+#include <ucs/debug/log_def.h>
+#include <ucs/sys/compiler_def.h>
+#include <ucs/sys/math.h>
+#include <ucs/sys/preprocessor.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+
+/*
+ * Core of the notifier: clients, the registration table, engine selection,
+ * the worker thread that runs deferred work, and fork handling.
+ *
+ * The registration table is an array of active registrations sorted by
+ * start address. Registrations may overlap (several clients, or one client
+ * watching overlapping ranges). Every registration overlapping [s, e) has
+ * start in [s - max_len, e), which bounds the scan.
+ */
+
+
+#define UCS_UMMUNOTIFY_QUEUE_LEN_DEFAULT 1024
+#define UCS_UMMUNOTIFY_DISPATCH_BATCH    32
+
+
+struct ucs_ummunotify_reg {
+    uintptr_t               start;    /* page aligned */
+    uintptr_t               end;      /* page aligned */
+    uint64_t                cookie;
+    ucs_ummunotify_t        *client;
+    ucs_list_link_t         list;     /* in client->regs */
+    int                     valid;    /* cleared by the first event */
+    int                     in_table;
+};
+
+
+struct ucs_ummunotify {
+    ucs_list_link_t         list;     /* in global clients */
+    ucs_ummunotify_params_t params;
+    ucs_list_link_t         regs;
+    ucs_ummunotify_event_t  *ring;    /* QUEUE, DEFERRED */
+    unsigned                ring_mask;
+    unsigned                head;     /* next to read */
+    unsigned                tail;     /* next to write */
+    int                     overflow;
+    ucs_ummunotify_work_t   dispatch; /* DEFERRED: runs the callbacks */
+};
+
+
+typedef struct {
+    pthread_mutex_t         state_lock;
+    pthread_mutex_t         lock;
+    ucs_ummunotify_state_t  state;
+    const ucs_ummunotify_ops_t *ops;
+    ucs_status_t            config_status;
+    unsigned                nclients;
+    ucs_list_link_t         clients;
+
+    /* registration table, protected by lock */
+    ucs_ummunotify_reg_t    **regs;
+    size_t                  count;
+    size_t                  capacity;
+    size_t                  max_len;
+
+    /* worker thread */
+    pthread_mutex_t         wlock;
+    pthread_cond_t          wcond;
+    pthread_cond_t          wdone;
+    pthread_t               worker;
+    int                     worker_running;
+    int                     worker_stop;
+    ucs_ummunotify_work_t   *whead;
+    ucs_ummunotify_work_t   *wtail;
+    uint64_t                wscheduled;
+    uint64_t                wcompleted;
+} ucs_ummunotify_global_t;
+
+
+volatile uint64_t ucs_ummunotify_seq        = 0;
+volatile uint64_t ucs_ummunotify_fork_count = 0;
+ucs_ummunotify_config_t ucs_ummunotify_config;
+
+static ucs_ummunotify_global_t ucs_ummunotify_global = {
+    .state_lock = PTHREAD_MUTEX_INITIALIZER,
+    .lock       = PTHREAD_MUTEX_INITIALIZER,
+    .state      = UCS_UMMUNOTIFY_STATE_IDLE,
+    .clients    = UCS_LIST_INITIALIZER(&ucs_ummunotify_global.clients,
+                                       &ucs_ummunotify_global.clients),
+    .wlock      = PTHREAD_MUTEX_INITIALIZER,
+    .wcond      = PTHREAD_COND_INITIALIZER,
+    .wdone      = PTHREAD_COND_INITIALIZER
+};
+
+#define g ucs_ummunotify_global
+
+
+static const char *ucs_ummunotify_engine_names[] = {
+    [UCS_UMMUNOTIFY_ENGINE_AUTO] = "auto",
+    [UCS_UMMUNOTIFY_ENGINE_UFFD] = "uffd",
+    [UCS_UMMUNOTIFY_ENGINE_UCM]  = "ucm",
+    [UCS_UMMUNOTIFY_ENGINE_LAST] = NULL
+};
+
+
+static ucs_config_field_t ucs_ummunotify_config_table[] = {
+    {"NOTIFIER", "auto",
+     "Engine that reports unmapped and remapped memory to the remapring\n"
+     "memory cache:\n"
+     " auto - userfaultfd if it can be opened, UCM's hooks otherwise.\n"
+     " uffd - userfaultfd only (one monitor thread per process); fail if it\n"
+     "        cannot be opened.\n"
+     " ucm  - UCM's VM_UNMAPPED events only (needs UCM's mmap hooks).\n"
+     "One log line (level info, or diag on fallback) says which runs and why.",
+     ucs_offsetof(ucs_ummunotify_config_t, engine),
+     UCS_CONFIG_TYPE_ENUM(ucs_ummunotify_engine_names)},
+
+    {"NOTIFIER_SPIN", "50us",
+     "How long the userfaultfd monitor keeps polling without sleeping after\n"
+     "an event. munmap() of watched memory waits for the monitor; a monitor\n"
+     "that is already awake answers it sooner. 0 disables busy-polling.",
+     ucs_offsetof(ucs_ummunotify_config_t, spin), UCS_CONFIG_TYPE_TIME},
+
+    {"NOTIFIER_CPU", "-1",
+     "Pin the userfaultfd monitor thread to this CPU; -1 leaves it unpinned.",
+     ucs_offsetof(ucs_ummunotify_config_t, cpu), UCS_CONFIG_TYPE_INT},
+
+    {"UCM_REPORT", "y",
+     "Also report every invalidation the userfaultfd monitor sees to UCM\n"
+     "(ucm_vm_munmap), so that UCS registration caches and the UCS memtype\n"
+     "cache drop the range too. Additive: caches still get UCM's own events.",
+     ucs_offsetof(ucs_ummunotify_config_t, ucm_report), UCS_CONFIG_TYPE_BOOL},
+
+    {"UCM_EXTERNAL", "n",
+     "Declare UCM_EVENT_VM_UNMAPPED external (ucm_set_external_event), for\n"
+     "processes where UCM's hooks cannot work (static binaries, conflicting\n"
+     "allocators, UCX_MEM_MMAP_HOOK_MODE=none). UCS caches created afterwards\n"
+     "then install no munmap hooks and learn about unmapped memory only from\n"
+     "the userfaultfd monitor. Covers: every change to memory watched by a\n"
+     "notifier client (all memory the remapring memory domain registered).\n"
+     "Does not cover: memory no notifier client watches, e.g. what other\n"
+     "memory domains (ib, ...) register in their own caches; hooks already\n"
+     "installed stay installed. Requires the uffd engine and is read once,\n"
+     "when the library is loaded.",
+     ucs_offsetof(ucs_ummunotify_config_t, ucm_external),
+     UCS_CONFIG_TYPE_BOOL},
+
+    {NULL}
+};
+
+UCS_CONFIG_REGISTER_TABLE(ucs_ummunotify_config_table, "Remapring notifier",
+                          "REMAPRING_", ucs_ummunotify_config_t,
+                          &ucs_config_global_list)
+
+
+void ucs_ummunotify_lock(void)
+{
+    pthread_mutex_lock(&g.lock);
+}
+
+void ucs_ummunotify_unlock(void)
+{
+    pthread_mutex_unlock(&g.lock);
+}
+
+const char *ucs_ummunotify_engine_name(ucs_ummunotify_engine_t engine)
+{
+    if (engine >= UCS_UMMUNOTIFY_ENGINE_LAST) {
+        return "invalid";
+    }
+    return ucs_ummunotify_engine_names[engine];
+}
+
+ucs_ummunotify_engine_t ucs_ummunotify_engine(void)
+{
+    const ucs_ummunotify_ops_t *ops;
+
+    ops = __atomic_load_n(&g.ops, __ATOMIC_ACQUIRE);
+    return (ops == NULL) ? UCS_UMMUNOTIFY_ENGINE_AUTO : ops->type;
+}
+
+/* ---------------------------------------------------------------- worker */
+
+static void *ucs_ummunotify_worker_main(void *arg)
+{
+    ucs_ummunotify_work_t *work;
+
+    pthread_mutex_lock(&g.wlock);
+    for (;;) {
+        work = g.whead;
+        if (work == NULL) {
+            if (g.worker_stop) {
+                break;
+            }
+            pthread_cond_wait(&g.wcond, &g.wlock);
+            continue;
+        }
+
+        g.whead = work->next;
+        if (g.whead == NULL) {
+            g.wtail = NULL;
+        }
+        work->next   = NULL;
+        work->queued = 0; /* may be scheduled again while it runs */
+        pthread_mutex_unlock(&g.wlock);
+
+        work->func(work);
+
+        pthread_mutex_lock(&g.wlock);
+        ++g.wcompleted;
+        pthread_cond_broadcast(&g.wdone);
+    }
+    pthread_mutex_unlock(&g.wlock);
+    return NULL;
+}
+
+static ucs_status_t ucs_ummunotify_worker_start(void)
+{
+    sigset_t all, old;
+    int ret;
+
+    sigfillset(&all);
+    pthread_sigmask(SIG_SETMASK, &all, &old);
+    g.worker_stop = 0;
+    ret           = pthread_create(&g.worker, NULL,
+                                   ucs_ummunotify_worker_main, NULL);
+    pthread_sigmask(SIG_SETMASK, &old, NULL);
+    if (ret != 0) {
+        ucs_error("notifier: failed to create worker thread: %s",
+                  strerror(ret));
+        return UCS_ERR_IO_ERROR;
+    }
+
+    g.worker_running = 1;
+    return UCS_OK;
+}
+
+static void ucs_ummunotify_worker_stop(void)
+{
+    if (!g.worker_running) {
+        return;
+    }
+
+    pthread_mutex_lock(&g.wlock);
+    g.worker_stop = 1;
+    pthread_cond_broadcast(&g.wcond);
+    pthread_mutex_unlock(&g.wlock);
+    pthread_join(g.worker, NULL);
+
+    pthread_mutex_lock(&g.wlock);
+    g.worker_running = 0;
+    pthread_cond_broadcast(&g.wdone);
+    pthread_mutex_unlock(&g.wlock);
+}
+
+void ucs_ummunotify_defer(ucs_ummunotify_work_t *work)
+{
+    pthread_mutex_lock(&g.wlock);
+    if (!work->queued) {
+        work->queued = 1;
+        work->next   = NULL;
+        if (g.wtail == NULL) {
+            g.whead = work;
+        } else {
+            g.wtail->next = work;
+        }
+        g.wtail = work;
+        ++g.wscheduled;
+        pthread_cond_signal(&g.wcond);
+    }
+    pthread_mutex_unlock(&g.wlock);
+}
+
+void ucs_ummunotify_flush(void)
+{
+    uint64_t target;
+
+    /* let an invalidation that is being applied finish first */
+    (void)ucs_ummunotify_read_begin();
+
+    pthread_mutex_lock(&g.wlock);
+    target = g.wscheduled;
+    while ((g.wcompleted < target) && g.worker_running) {
+        pthread_cond_wait(&g.wdone, &g.wlock);
+    }
+    pthread_mutex_unlock(&g.wlock);
+}
+
+/* ----------------------------------------------------------------- table */
+
+/* Index of the first registration with start >= addr. Called with lock. */
+static size_t ucs_ummunotify_table_lower_bound(uintptr_t addr)
+{
+    size_t lo = 0, hi = g.count, mid;
+
+    while (lo < hi) {
+        mid = (lo + hi) / 2;
+        if (g.regs[mid]->start < addr) {
+            lo = mid + 1;
+        } else {
+            hi = mid;
+        }
+    }
+    return lo;
+}
+
+static size_t ucs_ummunotify_table_first_overlap(uintptr_t start)
+{
+    return ucs_ummunotify_table_lower_bound(
+            (start > g.max_len) ? (start - g.max_len) : 0);
+}
+
+/*
+ * Take the lock with room for one more registration in the table. The array
+ * is grown outside the lock; the old one is returned in *old_p, to be freed
+ * after unlocking.
+ */
+static ucs_status_t ucs_ummunotify_table_lock_reserve(void **old_p)
+{
+    ucs_ummunotify_reg_t **regs;
+    size_t capacity;
+
+    *old_p = NULL;
+    pthread_mutex_lock(&g.lock);
+    while (g.count == g.capacity) {
+        capacity = (g.capacity == 0) ? 64 : (g.capacity * 2);
+        pthread_mutex_unlock(&g.lock);
+
+        free(*old_p);
+        regs = malloc(capacity * sizeof(*regs));
+        if (regs == NULL) {
+            ucs_error("notifier: failed to allocate table of %zu entries",
+                      capacity);
+            *old_p = NULL;
+            return UCS_ERR_NO_MEMORY;
+        }
+
+        pthread_mutex_lock(&g.lock);
+        if (g.capacity < capacity) {
+            if (g.count != 0) {
+                memcpy(regs, g.regs, g.count * sizeof(*regs));
+            }
+            *old_p     = g.regs;
+            g.regs     = regs;
+            g.capacity = capacity;
+        } else {
+            *old_p = regs;
+        }
+    }
+    return UCS_OK;
+}
+
+static void ucs_ummunotify_table_insert(ucs_ummunotify_reg_t *reg)
+{
+    size_t idx = ucs_ummunotify_table_lower_bound(reg->start);
+
+    memmove(&g.regs[idx + 1], &g.regs[idx],
+            (g.count - idx) * sizeof(*g.regs));
+    g.regs[idx] = reg;
+    ++g.count;
+    g.max_len   = ucs_max(g.max_len, reg->end - reg->start);
+    reg->in_table = 1;
+}
+
+static void ucs_ummunotify_table_remove(ucs_ummunotify_reg_t *reg)
+{
+    size_t idx;
+
+    for (idx = ucs_ummunotify_table_lower_bound(reg->start); idx < g.count;
+         ++idx) {
+        if (g.regs[idx] == reg) {
+            memmove(&g.regs[idx], &g.regs[idx + 1],
+                    (g.count - idx - 1) * sizeof(*g.regs));
+            --g.count;
+            break;
+        }
+    }
+    if (g.count == 0) {
+        g.max_len = 0;
+    }
+    reg->in_table = 0;
+}
+
+/*
+ * Stop watching the parts of [start, end) that no active registration
+ * covers any more. Called with lock.
+ */
+static void ucs_ummunotify_table_unsubscribe_gaps(uintptr_t start,
+                                                  uintptr_t end)
+{
+    uintptr_t cursor = start;
+    ucs_ummunotify_reg_t *reg;
+    size_t idx;
+
+    for (idx = ucs_ummunotify_table_first_overlap(start);
+         (idx < g.count) && (g.regs[idx]->start < end); ++idx) {
+        reg = g.regs[idx];
+        if (reg->end <= cursor) {
+            continue;
+        }
+        if (reg->start > cursor) {
+            g.ops->unsubscribe(cursor, reg->start);
+        }
+        cursor = reg->end;
+        if (cursor >= end) {
+            return;
+        }
+    }
+    g.ops->unsubscribe(cursor, end);
+}
+
+/* --------------------------------------------------------------- events */
+
+static void ucs_ummunotify_queue_push(ucs_ummunotify_t *client,
+                                      const ucs_ummunotify_event_t *event)
+{
+    if ((client->tail - client->head) > client->ring_mask) {
+        client->overflow = 1;
+        return;
+    }
+    client->ring[client->tail++ & client->ring_mask] = *event;
+}
+
+static void ucs_ummunotify_deliver(ucs_ummunotify_reg_t *reg,
+                                   ucs_ummunotify_event_type_t type,
+                                   uintptr_t start, uintptr_t end)
+{
+    ucs_ummunotify_t *client = reg->client;
+    ucs_ummunotify_event_t event;
+
+    event.cookie = reg->cookie;
+    event.start  = ucs_max(start, reg->start);
+    event.end    = ucs_min(end, reg->end);
+    event.type   = type;
+
+    switch (client->params.mode) {
+    case UCS_UMMUNOTIFY_MODE_SYNC:
+        client->params.cb(client->params.arg, &event);
+        break;
+    case UCS_UMMUNOTIFY_MODE_DEFERRED:
+        ucs_ummunotify_queue_push(client, &event);
+        ucs_ummunotify_defer(&client->dispatch);
+        break;
+    default:
+        ucs_ummunotify_queue_push(client, &event);
+        break;
+    }
+}
+
+int ucs_ummunotify_apply(ucs_ummunotify_event_type_t type, uintptr_t start,
+                         uintptr_t end)
+{
+    size_t first, idx, out;
+    ucs_ummunotify_reg_t *reg;
+
+    if (end <= start) {
+        return 0;
+    }
+
+    first = ucs_ummunotify_table_first_overlap(start);
+    out   = first;
+    for (idx = first; (idx < g.count) && (g.regs[idx]->start < end); ++idx) {
+        reg = g.regs[idx];
+        if (reg->end <= start) {
+            g.regs[out++] = reg; /* starts before, ends before: keep */
+            continue;
+        }
+
+        /* one-shot: unlink first, so the callback sees the final state */
+        reg->in_table = 0;
+        __atomic_store_n(&reg->valid, 0, __ATOMIC_RELEASE);
+        ucs_ummunotify_deliver(reg, type, start, end);
+    }
+
+    if (out == idx) {
+        return 0;
+    }
+
+    memmove(&g.regs[out], &g.regs[idx], (g.count - idx) * sizeof(*g.regs));
+    g.count -= idx - out;
+    if (g.count == 0) {
+        g.max_len = 0;
+    }
+    return 1;
+}
+
+static void ucs_ummunotify_dispatch(ucs_ummunotify_work_t *work)
+{
+    ucs_ummunotify_t *client = ucs_container_of(work, ucs_ummunotify_t,
+                                                dispatch);
+    ucs_ummunotify_event_t events[UCS_UMMUNOTIFY_DISPATCH_BATCH];
+    unsigned i, count;
+
+    do {
+        count = ucs_ummunotify_read(client, events,
+                                    UCS_UMMUNOTIFY_DISPATCH_BATCH);
+        for (i = 0; i < count; ++i) {
+            client->params.cb(client->params.arg, &events[i]);
+        }
+    } while (count == UCS_UMMUNOTIFY_DISPATCH_BATCH);
+}
+
+unsigned ucs_ummunotify_read(ucs_ummunotify_t *client,
+                             ucs_ummunotify_event_t *events, unsigned max)
+{
+    unsigned count = 0;
+
+    pthread_mutex_lock(&g.lock);
+    while ((count < max) && (client->head != client->tail)) {
+        events[count++] = client->ring[client->head++ & client->ring_mask];
+    }
+    if ((count < max) && client->overflow) {
+        memset(&events[count], 0, sizeof(events[count]));
+        events[count].type  = UCS_UMMUNOTIFY_EVENT_OVERFLOW;
+        events[count].end   = UINTPTR_MAX;
+        client->overflow    = 0;
+        ++count;
+    }
+    pthread_mutex_unlock(&g.lock);
+    return count;
+}
+
+/* --------------------------------------------------------------- engine */
+
+static ucs_status_t
+ucs_ummunotify_try_start(const ucs_ummunotify_ops_t *ops, char *why,
+                         size_t max)
+{
+    ucs_status_t status;
+
+    status = ops->start(why, max);
+    if (status != UCS_OK) {
+        return status;
+    }
+
+    if (!g.worker_running) {
+        status = ucs_ummunotify_worker_start();
+        if (status != UCS_OK) {
+            ops->stop();
+            snprintf(why, max, "no worker thread");
+            return status;
+        }
+    }
+
+    __atomic_store_n(&g.ops, ops, __ATOMIC_RELEASE);
+    g.state = UCS_UMMUNOTIFY_STATE_RUNNING;
+    return UCS_OK;
+}
+
+/* Start an engine as configured. Called with state_lock. */
+static ucs_status_t ucs_ummunotify_engine_start(void)
+{
+    ucs_ummunotify_engine_t want = ucs_ummunotify_config.engine;
+    char why_uffd[160]           = "";
+    char why_ucm[160]            = "";
+    ucs_status_t status;
+
+    if (g.state == UCS_UMMUNOTIFY_STATE_RUNNING) {
+        return UCS_OK;
+    }
+
+    if (g.config_status != UCS_OK) {
+        /* the parser has logged the bad value */
+        return g.config_status;
+    }
+
+    if (want != UCS_UMMUNOTIFY_ENGINE_UCM) {
+        status = ucs_ummunotify_try_start(&ucs_ummunotify_uffd_ops, why_uffd,
+                                          sizeof(why_uffd));
+        if (status == UCS_OK) {
+            ucs_info("notifier engine uffd: %s", why_uffd);
+            return UCS_OK;
+        }
+        if (want == UCS_UMMUNOTIFY_ENGINE_UFFD) {
+            ucs_error("notifier engine uffd requested "
+                      "(UCX_REMAPRING_NOTIFIER=uffd) but unavailable: %s",
+                      why_uffd);
+            goto failed;
+        }
+    }
+
+    status = ucs_ummunotify_try_start(&ucs_ummunotify_ucm_ops, why_ucm,
+                                      sizeof(why_ucm));
+    if (status == UCS_OK) {
+        if (want == UCS_UMMUNOTIFY_ENGINE_UCM) {
+            ucs_info("notifier engine ucm: requested by "
+                     "UCX_REMAPRING_NOTIFIER=ucm");
+        } else {
+            ucs_diag("notifier engine ucm: userfaultfd unavailable (%s)",
+                     why_uffd);
+        }
+        return UCS_OK;
+    }
+
+    if (want == UCS_UMMUNOTIFY_ENGINE_UCM) {
+        ucs_error("notifier engine ucm requested (UCX_REMAPRING_NOTIFIER=ucm)"
+                  " but unavailable: %s", why_ucm);
+    } else {
+        ucs_error("notifier: no engine available: uffd: %s; ucm: %s",
+                  why_uffd, why_ucm);
+    }
+
+failed:
+    g.state = UCS_UMMUNOTIFY_STATE_FAILED;
+    return UCS_ERR_UNSUPPORTED;
+}
+
+/* Stop the engine. Called with state_lock. */
+static void ucs_ummunotify_engine_stop(void)
+{
+    if (g.state == UCS_UMMUNOTIFY_STATE_RUNNING) {
+        g.ops->stop();
+    }
+    ucs_ummunotify_worker_stop();
+    __atomic_store_n(&g.ops, NULL, __ATOMIC_RELEASE);
+    g.state = UCS_UMMUNOTIFY_STATE_IDLE;
+}
+
+/* ---------------------------------------------------------------- clients */
+
+ucs_status_t ucs_ummunotify_open(const ucs_ummunotify_params_t *params,
+                                 ucs_ummunotify_t **notifier_p)
+{
+    ucs_ummunotify_t *client;
+    unsigned queue_len;
+    ucs_status_t status;
+
+    if ((params->mode != UCS_UMMUNOTIFY_MODE_QUEUE) && (params->cb == NULL)) {
+        ucs_error("notifier: callback mode %d without a callback",
+                  params->mode);
+        return UCS_ERR_INVALID_PARAM;
+    }
+
+    client = calloc(1, sizeof(*client));
+    if (client == NULL) {
+        ucs_error("notifier: failed to allocate client");
+        return UCS_ERR_NO_MEMORY;
+    }
+
+    client->params        = *params;
+    client->dispatch.func = ucs_ummunotify_dispatch;
+    ucs_list_head_init(&client->regs);
+
+    if (params->mode != UCS_UMMUNOTIFY_MODE_SYNC) {
+        queue_len = (params->queue_len == 0) ?
+                    UCS_UMMUNOTIFY_QUEUE_LEN_DEFAULT : params->queue_len;
+        queue_len = 1u << (32 - __builtin_clz(ucs_max(queue_len, 2) - 1));
+        client->ring = calloc(queue_len, sizeof(*client->ring));
+        if (client->ring == NULL) {
+            ucs_error("notifier: failed to allocate queue of %u events",
+                      queue_len);
+            status = UCS_ERR_NO_MEMORY;
+            goto err_free;
+        }
+        client->ring_mask = queue_len - 1;
+    }
+
+    pthread_mutex_lock(&g.state_lock);
+    status = ucs_ummunotify_engine_start();
+    if (status != UCS_OK) {
+        goto err_unlock;
+    }
+
+    pthread_mutex_lock(&g.lock);
+    ucs_list_add_tail(&g.clients, &client->list);
+    ++g.nclients;
+    pthread_mutex_unlock(&g.lock);
+    pthread_mutex_unlock(&g.state_lock);
+
+    *notifier_p = client;
+    return UCS_OK;
+
+err_unlock:
+    pthread_mutex_unlock(&g.state_lock);
+    free(client->ring);
+err_free:
+    free(client);
+    return status;
+}
+
+void ucs_ummunotify_close(ucs_ummunotify_t *client)
+{
+    ucs_ummunotify_reg_t *reg;
+
+    for (;;) {
+        pthread_mutex_lock(&g.lock);
+        if (ucs_list_is_empty(&client->regs)) {
+            break;
+        }
+        reg = ucs_list_head(&client->regs, ucs_ummunotify_reg_t, list);
+        pthread_mutex_unlock(&g.lock);
+        ucs_ummunotify_unregister(reg);
+    }
+    ucs_list_del(&client->list);
+    --g.nclients;
+    pthread_mutex_unlock(&g.lock);
+
+    /* nothing new reaches the client; let its queued dispatch finish */
+    ucs_ummunotify_flush();
+
+    pthread_mutex_lock(&g.state_lock);
+    if (g.nclients == 0) {
+        ucs_ummunotify_engine_stop();
+    }
+    pthread_mutex_unlock(&g.state_lock);
+
+    free(client->ring);
+    free(client);
+}
+
+/* Start the engine again in a fork() child. Takes state_lock. */
+static ucs_status_t ucs_ummunotify_ensure_running(void)
+{
+    ucs_status_t status;
+
+    if (ucs_likely(g.state == UCS_UMMUNOTIFY_STATE_RUNNING)) {
+        return UCS_OK;
+    }
+
+    pthread_mutex_lock(&g.state_lock);
+    status = ucs_ummunotify_engine_start();
+    pthread_mutex_unlock(&g.state_lock);
+    return status;
+}
+
+ucs_status_t ucs_ummunotify_register(ucs_ummunotify_t *client,
+                                     void *address, size_t length,
+                                     uint64_t cookie,
+                                     ucs_ummunotify_reg_t **reg_p)
+{
+    size_t page = (size_t)sysconf(_SC_PAGESIZE);
+    ucs_ummunotify_reg_t *reg;
+    ucs_status_t status;
+    void *old;
+
+    if (length == 0) {
+        return UCS_ERR_INVALID_PARAM;
+    }
+
+    status = ucs_ummunotify_ensure_running();
+    if (status != UCS_OK) {
+        return status;
+    }
+
+    reg = malloc(sizeof(*reg));
+    if (reg == NULL) {
+        ucs_error("notifier: failed to allocate registration");
+        return UCS_ERR_NO_MEMORY;
+    }
+
+    reg->start    = (uintptr_t)address & ~(page - 1);
+    reg->end      = ((uintptr_t)address + length + page - 1) & ~(page - 1);
+    reg->cookie   = cookie;
+    reg->client   = client;
+    reg->valid    = 1;
+    reg->in_table = 0;
+
+    status = ucs_ummunotify_table_lock_reserve(&old);
+    if (status != UCS_OK) {
+        goto err_free;
+    }
+
+    status = g.ops->subscribe(reg->start, reg->end);
+    if (status != UCS_OK) {
+        pthread_mutex_unlock(&g.lock);
+        goto err_free;
+    }
+
+    ucs_ummunotify_table_insert(reg);
+    ucs_list_add_tail(&client->regs, &reg->list);
+    pthread_mutex_unlock(&g.lock);
+
+    free(old);
+    *reg_p = reg;
+    return UCS_OK;
+
+err_free:
+    free(old);
+    free(reg);
+    return status;
+}
+
+void ucs_ummunotify_unregister(ucs_ummunotify_reg_t *reg)
+{
+    pthread_mutex_lock(&g.lock);
+    if (reg->in_table) {
+        ucs_ummunotify_table_remove(reg);
+        reg->valid = 0;
+        if (g.state == UCS_UMMUNOTIFY_STATE_RUNNING) {
+            ucs_ummunotify_table_unsubscribe_gaps(reg->start, reg->end);
+        }
+    }
+    ucs_list_del(&reg->list);
+    pthread_mutex_unlock(&g.lock);
+
+    free(reg);
+}
+
+int ucs_ummunotify_reg_is_valid(const ucs_ummunotify_reg_t *reg)
+{
+    return __atomic_load_n(&reg->valid, __ATOMIC_ACQUIRE);
+}
+
+/* ------------------------------------------------------------------ fork */
+
+static void ucs_ummunotify_atfork_prepare(void)
+{
+    ucs_ummunotify_t *client;
+
+    pthread_mutex_lock(&g.state_lock);
+    pthread_mutex_lock(&g.lock);
+    ucs_list_for_each(client, &g.clients, list) {
+        if (client->params.fork_prepare != NULL) {
+            client->params.fork_prepare(client->params.arg);
+        }
+    }
+    pthread_mutex_lock(&g.wlock);
+}
+
+static void ucs_ummunotify_atfork_parent(void)
+{
+    ucs_ummunotify_t *client;
+
+    pthread_mutex_unlock(&g.wlock);
+    ucs_list_for_each(client, &g.clients, list) {
+        if (client->params.fork_parent != NULL) {
+            client->params.fork_parent(client->params.arg);
+        }
+    }
+    pthread_mutex_unlock(&g.lock);
+    pthread_mutex_unlock(&g.state_lock);
+}
+
+/*
+ * Without UFFD_FEATURE_EVENT_FORK the kernel clears the userfaultfd context
+ * of every VMA the child inherits: nothing is watched in the child, and its
+ * munmap() calls never wait. The child does hold a copy of the parent's
+ * userfaultfd, and UFFDIO_REGISTER on it would succeed and attach the
+ * child's memory to the parent's monitor. So the engine drops it here and
+ * opens its own on first use; every registration is invalid in the child.
+ */
+static void ucs_ummunotify_atfork_child(void)
+{
+    ucs_ummunotify_t *client;
+    size_t idx;
+
+    for (idx = 0; idx < g.count; ++idx) {
+        g.regs[idx]->in_table = 0;
+        g.regs[idx]->valid    = 0;
+    }
+    g.count   = 0;
+    g.max_len = 0;
+
+    /* the monitor may have been between its two increments */
+    if (ucs_ummunotify_seq & 1) {
+        ++ucs_ummunotify_seq;
+    }
+    __atomic_fetch_add(&ucs_ummunotify_fork_count, 1, __ATOMIC_RELEASE);
+
+    if ((g.state == UCS_UMMUNOTIFY_STATE_RUNNING) && !g.ops->fork_child()) {
+        __atomic_store_n(&g.ops, NULL, __ATOMIC_RELEASE);
+        g.state = UCS_UMMUNOTIFY_STATE_FORKED;
+    }
+
+    /* threads do not survive fork(); queued work runs when we restart */
+    g.worker_running = 0;
+    pthread_cond_init(&g.wcond, NULL);
+    pthread_cond_init(&g.wdone, NULL);
+    pthread_mutex_init(&g.wlock, NULL);
+
+    ucs_list_for_each(client, &g.clients, list) {
+        if (client->params.fork_child != NULL) {
+            client->params.fork_child(client->params.arg);
+        }
+    }
+
+    pthread_mutex_init(&g.lock, NULL);
+    pthread_mutex_init(&g.state_lock, NULL);
+}
+
+/* ----------------------------------------------------------- load/unload */
+
+UCS_STATIC_INIT {
+    g.config_status = ucs_config_parser_fill_opts(&ucs_ummunotify_config,
+                                                  ucs_ummunotify_config_table,
+                                                  "UCX_", "REMAPRING_", 0);
+    if (g.config_status != UCS_OK) {
+        /* the parser logged which value is wrong; keep safe defaults */
+        ucs_ummunotify_config.engine       = UCS_UMMUNOTIFY_ENGINE_AUTO;
+        ucs_ummunotify_config.spin         = 0;
+        ucs_ummunotify_config.cpu          = -1;
+        ucs_ummunotify_config.ucm_report   = 1;
+        ucs_ummunotify_config.ucm_external = 0;
+    }
+
+    pthread_atfork(ucs_ummunotify_atfork_prepare,
+                   ucs_ummunotify_atfork_parent,
+                   ucs_ummunotify_atfork_child);
+    ucs_ummunotify_ucm_bridge_init();
+}
+
+/* Process exit or dlclose(): stop the threads, close the userfaultfd. */
+UCS_STATIC_CLEANUP {
+    pthread_mutex_lock(&g.state_lock);
+    ucs_ummunotify_engine_stop();
+    pthread_mutex_unlock(&g.state_lock);
+
+    if (g.config_status == UCS_OK) {
+        ucs_config_parser_release_opts(&ucs_ummunotify_config,
+                                       ucs_ummunotify_config_table);
+    }
+    free(g.regs);
+    g.regs     = NULL;
+    g.capacity = 0;
+    g.count    = 0;
+}

@@ -1,0 +1,136 @@
+/**
+ * Copyright (C) remapring contributors. ALL RIGHTS RESERVED.
+ * See file LICENSE for terms.
+ */
+
+#ifndef UCS_UMMUNOTIFY_INT_H_
+#define UCS_UMMUNOTIFY_INT_H_
+
+/*
+ * Private interface between the notifier core (ummunotify.c), its engines
+ * (ummunotify_uffd.c, ummunotify_ucm.c) and the UCM bridge (ucm_bridge.c).
+ *
+ * Lock order: state_lock -> lock -> (client locks taken by SYNC callbacks)
+ *             -> worker lock.
+ * Nobody calls malloc() or free() with 'lock' held: free() may trim the heap
+ * (brk shrink / munmap), and if that memory is watched the kernel makes the
+ * caller wait for the monitor, which waits for 'lock'.
+ */
+
+#include <ucs/memory/ummunotify.h>
+#include <ucs/datastruct/list.h>
+#include <pthread.h>
+
+
+/* Engine operations: the shape of libfabric's memory monitors. */
+typedef struct ucs_ummunotify_ops {
+    const char              *name;
+    ucs_ummunotify_engine_t type;
+
+    /* Start the engine. On failure, write why into @a why (one line, no
+     * logging: the core logs the decision once). Called with state_lock. */
+    ucs_status_t            (*start)(char *why, size_t max);
+
+    /* Stop the engine; called with state_lock but without lock. */
+    void                    (*stop)(void);
+
+    /* Watch / stop watching page-aligned [start, end). Called with lock.
+     * subscribe logs its own failure. */
+    ucs_status_t            (*subscribe)(uintptr_t start, uintptr_t end);
+    void                    (*unsubscribe)(uintptr_t start, uintptr_t end);
+
+    /* In a fork() child (single threaded, all locks held by the caller):
+     * drop what belongs to the parent. Return nonzero if the engine is still
+     * usable in the child, zero if it must be started again. */
+    int                     (*fork_child)(void);
+} ucs_ummunotify_ops_t;
+
+
+/* Engine state. */
+typedef enum {
+    UCS_UMMUNOTIFY_STATE_IDLE,    /* not started, or stopped */
+    UCS_UMMUNOTIFY_STATE_RUNNING,
+    UCS_UMMUNOTIFY_STATE_FORKED,  /* fork child: start again on first use */
+    UCS_UMMUNOTIFY_STATE_FAILED   /* no engine could start; retried on open */
+} ucs_ummunotify_state_t;
+
+
+/* Settings (UCX_REMAPRING_*), see the table in ummunotify.c. */
+typedef struct {
+    ucs_ummunotify_engine_t engine;
+    double                  spin;          /* monitor busy-poll, seconds */
+    int                     cpu;           /* monitor affinity, -1: none */
+    int                     ucm_report;
+    int                     ucm_external;
+} ucs_ummunotify_config_t;
+
+
+extern const ucs_ummunotify_ops_t ucs_ummunotify_uffd_ops;
+extern const ucs_ummunotify_ops_t ucs_ummunotify_ucm_ops;
+extern ucs_ummunotify_config_t    ucs_ummunotify_config;
+
+
+/* A range the monitor should report to UCM after applying a batch. */
+typedef struct {
+    uintptr_t start;
+    uintptr_t end;
+} ucs_ummunotify_range_t;
+
+
+/**
+ * Begin applying invalidations: make the generation counter odd. Called by
+ * the only writer at a time (uffd: the monitor, ucm: under lock).
+ */
+static inline void ucs_ummunotify_seq_begin(void)
+{
+    __atomic_fetch_add(&ucs_ummunotify_seq, 1, __ATOMIC_SEQ_CST);
+}
+
+
+/**
+ * End applying invalidations: make the generation counter even again.
+ */
+static inline void ucs_ummunotify_seq_end(void)
+{
+    __atomic_fetch_add(&ucs_ummunotify_seq, 1, __ATOMIC_RELEASE);
+}
+
+
+/**
+ * Take / release the notifier lock (engines applying events).
+ */
+void ucs_ummunotify_lock(void);
+void ucs_ummunotify_unlock(void);
+
+
+/**
+ * Apply one invalidation of [start, end) to every registration it touches:
+ * unlink them, mark them invalid, deliver the events. Called with the lock
+ * held and the counter odd.
+ *
+ * @return Nonzero if any registration was touched.
+ */
+int ucs_ummunotify_apply(ucs_ummunotify_event_type_t type, uintptr_t start,
+                         uintptr_t end);
+
+
+/**
+ * UCM bridge: report [start, end) as unmapped to UCM (ucm_vm_munmap), so UCS
+ * caches drop it. Called by the monitor without lock, counter odd.
+ */
+void ucs_ummunotify_ucm_report(uintptr_t start, uintptr_t end);
+
+
+/**
+ * UCM bridge: declare UCM_EVENT_VM_UNMAPPED external if configured. Called
+ * once from the library constructor.
+ */
+void ucs_ummunotify_ucm_bridge_init(void);
+
+
+/**
+ * @return Nonzero if this process declared UCM_EVENT_VM_UNMAPPED external.
+ */
+int ucs_ummunotify_ucm_is_external(void);
+
+#endif
