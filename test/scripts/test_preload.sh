@@ -1,0 +1,56 @@
+#!/bin/bash
+#
+# Copyright (c) remapring contributors. See file LICENSE for terms.
+#
+# The preloaded module is visible to ucx_info (component, memory domain,
+# settings) and harmless to processes that do not select it: ucx_perftest
+# tag_lat runs with UCX_TLS=posix,self and with the default UCX_TLS, with and
+# without the module, and the module never takes a lane it was not asked for.
+#
+. "$(dirname "$0")/common.sh"
+
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+
+note "ucx_info -d lists the component and memory domain"
+LD_PRELOAD=$REMAPRING_MODULE ucx_info -d > "$tmp/d" 2>&1 || fail "ucx_info -d"
+grep -q "Memory domain: remapring" "$tmp/d" || fail "no remapring md in ucx_info -d"
+grep -q "Component: remapring" "$tmp/d" || fail "no remapring component"
+ucx_info -d 2>&1 | grep -q remapring && fail "remapring listed without the module"
+
+note "ucx_info -c shows every setting"
+LD_PRELOAD=$REMAPRING_MODULE ucx_info -c -f > "$tmp/c" 2>&1 || fail "ucx_info -c"
+for s in BLOCK_SIZE RING_SLOTS POOL_MAX CREDIT_BATCH; do
+    grep -q "^UCX_REMAPRING_$s=" "$tmp/c" || fail "UCX_REMAPRING_$s not shown"
+done
+
+for tls in posix,self default; do
+    for preload in no yes; do
+        note "tag_lat UCX_TLS=$tls preload=$preload"
+        if [ "$tls" = default ]; then
+            unset UCX_TLS
+        else
+            export UCX_TLS=$tls
+        fi
+        out=$tmp/lat-$tls-$preload
+        UCX_LOG_LEVEL=info perftest_pair "$out" "$preload" -t tag_lat -n 2000 ||
+            { cat "$out".*; fail "tag_lat $tls $preload"; }
+        grep -q "^Final:" "$out.client" || fail "no result line"
+        grep "ep_cfg\[" "$out.client" | tail -1 | sed 's/.*INFO *//' \
+            > "$tmp/lanes-$tls-$preload"
+        grep -q remapring "$out.client" &&
+            fail "remapring was selected though not asked for"
+        echo "   $(grep '^Final:' "$out.client")"
+        echo "   lanes: $(cat "$tmp/lanes-$tls-$preload")"
+    done
+    cmp -s "$tmp/lanes-$tls-no" "$tmp/lanes-$tls-yes" ||
+        fail "lanes differ with the module loaded ($tls)"
+done
+unset UCX_TLS
+
+note "ucx_info -e: the module takes no lane by default"
+LD_PRELOAD=$REMAPRING_MODULE ucx_info -e -u t -P intra > "$tmp/e" 2>&1 ||
+    fail "ucx_info -e"
+grep -q "lane\[" "$tmp/e" || fail "no lanes printed"
+grep -q remapring "$tmp/e" && fail "remapring lane selected by default"
+echo "PASS"
