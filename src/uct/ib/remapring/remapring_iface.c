@@ -8,10 +8,24 @@
 
 #include "remapring_iface.h"
 
+#include "remapring_ep.h"
+
+#include <ucs/arch/atomic.h>
+#include <ucs/arch/cpu.h>
 #include <ucs/debug/log.h>
+#include <ucs/debug/memtrack_int.h>
+#include <ucs/sys/sock.h>
 #include <ucs/sys/math.h>
 #include <ucs/sys/string.h>
 #include <ucs/sys/sys.h>
+#include <uct/sm/base/sm_iface.h>
+
+#include <errno.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <sys/mman.h>
+#include <sys/syscall.h>
+#include <unistd.h>
 
 
 /* clang-format off */
@@ -48,6 +62,34 @@ static ucs_config_field_t uct_remapring_iface_config_table[] = {
      ucs_offsetof(uct_remapring_iface_config_t, credit_batch),
      UCS_CONFIG_TYPE_UINT},
 
+    {"MAX_PEERS", "256",
+     "Number of senders one interface accepts; each connected sender gets a\n"
+     "ring window on first contact. Between 1 and 4096.",
+     ucs_offsetof(uct_remapring_iface_config_t, max_peers),
+     UCS_CONFIG_TYPE_UINT},
+
+    {"MAX_SHORT", "2k",
+     "Largest payload of an active message sent with am_short (8 bytes of\n"
+     "header included).",
+     ucs_offsetof(uct_remapring_iface_config_t, max_short),
+     UCS_CONFIG_TYPE_MEMUNITS},
+
+    {"BW", "5000MBs",
+     "Bandwidth reported to the upper layer (measured here with the cma\n"
+     "wire: see README).",
+     ucs_offsetof(uct_remapring_iface_config_t, bandwidth),
+     UCS_CONFIG_TYPE_BW},
+
+    {"LATENCY", "1us",
+     "One-way latency reported to the upper layer (measured, see README).",
+     ucs_offsetof(uct_remapring_iface_config_t, latency),
+     UCS_CONFIG_TYPE_TIME},
+
+    {"OVERHEAD", "500ns",
+     "Send overhead reported to the upper layer (measured, see README).",
+     ucs_offsetof(uct_remapring_iface_config_t, overhead),
+     UCS_CONFIG_TYPE_TIME},
+
     {NULL}
 };
 /* clang-format on */
@@ -83,6 +125,23 @@ uct_remapring_iface_config_check(const uct_remapring_iface_config_t *config)
         return UCS_ERR_INVALID_PARAM;
     }
 
+    if ((config->max_peers < 1) || (config->max_peers > 4096)) {
+        ucs_error("remapring: REMAPRING_MAX_PEERS=%u must be between 1 and"
+                  " 4096", config->max_peers);
+        return UCS_ERR_INVALID_PARAM;
+    }
+
+    if ((config->max_short < sizeof(uint64_t)) ||
+        (config->max_short >
+         uct_remapring_ring_max_payload(config->block_size,
+                                        UCT_REMAPRING_RING_HEADROOM))) {
+        ucs_error("remapring: REMAPRING_MAX_SHORT=%zu must be between 8 and"
+                  " the largest payload of a block (%zu)", config->max_short,
+                  uct_remapring_ring_max_payload(config->block_size,
+                                                 UCT_REMAPRING_RING_HEADROOM));
+        return UCS_ERR_INVALID_PARAM;
+    }
+
     if ((config->credit_batch < 1) ||
         (config->credit_batch > config->ring_slots / 2)) {
         ucs_error("remapring: REMAPRING_CREDIT_BATCH=%u must be between 1 and"
@@ -94,21 +153,478 @@ uct_remapring_iface_config_check(const uct_remapring_iface_config_t *config)
     return UCS_OK;
 }
 
+
+/* Records polled from one ring per progress call, so that one busy sender
+ * cannot starve the others */
+#define UCT_REMAPRING_RX_BURST 16
+
+/* Idle progress calls between two scans for exited senders */
+#define UCT_REMAPRING_LIVENESS_PERIOD 65536
+
+
 static ucs_status_t
 uct_remapring_query_tl_devices(uct_md_h md,
                                uct_tl_device_resource_t **tl_devices_p,
                                unsigned *num_tl_devices_p)
 {
-    /* The receive path is not wired to the ring yet: offer UCP no device,
-     * so a preloaded module can never be selected */
-    *tl_devices_p     = NULL;
-    *num_tl_devices_p = 0;
+    return uct_single_device_resource(md, UCT_REMAPRING_DEVICE_NAME,
+                                      UCT_DEVICE_TYPE_SHM,
+                                      UCS_SYS_DEVICE_ID_UNKNOWN, tl_devices_p,
+                                      num_tl_devices_p);
+}
+
+static ucs_status_t uct_remapring_iface_get_address(uct_iface_h tl_iface,
+                                                    uct_iface_addr_t *addr)
+{
+    uct_remapring_iface_t *iface = ucs_derived_of(tl_iface,
+                                                  uct_remapring_iface_t);
+    uct_remapring_iface_addr_t *iface_addr = (void*)addr;
+
+    iface_addr->pid      = getpid();
+    iface_addr->ctl_fd   = iface->rx.ctl_fd;
+    iface_addr->iface_id = iface->id;
+    iface_addr->pid_ns   = ucs_sys_get_ns(UCS_SYS_NS_TYPE_PID);
     return UCS_OK;
 }
 
-typedef struct uct_remapring_iface {
-    uct_base_iface_t super;
-} uct_remapring_iface_t;
+static int uct_remapring_iface_is_reachable(const uct_iface_h tl_iface,
+                                            const uct_device_addr_t *dev_addr,
+                                            const uct_iface_addr_t *addr)
+{
+    const uct_remapring_iface_addr_t *iface_addr = (const void*)addr;
+
+    /* same host (boot id and IPC namespace) and same pid namespace: the
+     * pid in the address must name the receiver for process_vm_writev */
+    return uct_sm_iface_is_reachable(tl_iface, dev_addr, addr) &&
+           (iface_addr != NULL) &&
+           (iface_addr->pid_ns == ucs_sys_get_ns(UCS_SYS_NS_TYPE_PID));
+}
+
+static ucs_status_t uct_remapring_iface_query(uct_iface_h tl_iface,
+                                              uct_iface_attr_t *iface_attr)
+{
+    uct_remapring_iface_t *iface = ucs_derived_of(tl_iface,
+                                                  uct_remapring_iface_t);
+    size_t max_payload           = iface->tx.max_bcopy;
+
+    uct_base_iface_query(&iface->super, iface_attr);
+
+    iface_attr->cap.flags = UCT_IFACE_FLAG_AM_SHORT |
+                            UCT_IFACE_FLAG_AM_BCOPY |
+                            UCT_IFACE_FLAG_AM_ZCOPY |
+                            UCT_IFACE_FLAG_PUT_ZCOPY |
+                            UCT_IFACE_FLAG_GET_ZCOPY |
+                            UCT_IFACE_FLAG_PENDING |
+                            UCT_IFACE_FLAG_CB_SYNC |
+                            UCT_IFACE_FLAG_CONNECT_TO_IFACE |
+                            UCT_IFACE_FLAG_ERRHANDLE_PEER_FAILURE |
+                            UCT_IFACE_FLAG_EP_CHECK;
+
+    iface_attr->cap.am.max_short       = iface->tx.max_short -
+                                         sizeof(uint64_t);
+    iface_attr->cap.am.max_bcopy       = max_payload;
+    iface_attr->cap.am.min_zcopy       = 0;
+    iface_attr->cap.am.max_zcopy       = max_payload;
+    iface_attr->cap.am.opt_zcopy_align = 1;
+    iface_attr->cap.am.align_mtu       = 1;
+    iface_attr->cap.am.max_hdr         = UCT_REMAPRING_AM_MAX_HDR;
+    iface_attr->cap.am.max_iov         = UCT_REMAPRING_MAX_IOV;
+
+    iface_attr->cap.put.max_zcopy       = SIZE_MAX;
+    iface_attr->cap.put.opt_zcopy_align = 1;
+    iface_attr->cap.put.align_mtu       = 1;
+    iface_attr->cap.put.max_iov         = UCT_REMAPRING_MAX_IOV;
+    iface_attr->cap.get.max_zcopy       = SIZE_MAX;
+    iface_attr->cap.get.opt_zcopy_align = 1;
+    iface_attr->cap.get.align_mtu       = 1;
+    iface_attr->cap.get.max_iov         = UCT_REMAPRING_MAX_IOV;
+
+    iface_attr->device_addr_len = uct_sm_iface_get_device_addr_len();
+    iface_attr->iface_addr_len  = sizeof(uct_remapring_iface_addr_t);
+    iface_attr->ep_addr_len     = 0;
+
+    iface_attr->latency             = ucs_linear_func_make(iface->perf.latency,
+                                                           0);
+    iface_attr->bandwidth.dedicated = iface->perf.bandwidth;
+    iface_attr->bandwidth.shared    = 0;
+    iface_attr->overhead            = iface->perf.overhead;
+    iface_attr->priority            = 0;
+    return UCS_OK;
+}
+
+static void uct_remapring_iface_release_desc(uct_recv_desc_t *self,
+                                             void *desc)
+{
+    uct_remapring_iface_t *iface = ucs_container_of(self,
+                                                    uct_remapring_iface_t,
+                                                    rx.release_desc);
+
+    uct_remapring_ring_release(iface->rx.pool, desc);
+}
+
+static void uct_remapring_rx_set_active(uct_remapring_iface_t *iface,
+                                        uct_remapring_rx_conn_t *rx_conn)
+{
+    if (!rx_conn->active) {
+        rx_conn->active = 1;
+        ucs_list_add_tail(&iface->rx.active, &rx_conn->list);
+    }
+}
+
+static void uct_remapring_rx_set_idle(uct_remapring_rx_conn_t *rx_conn)
+{
+    if (rx_conn->active) {
+        rx_conn->active = 0;
+        ucs_list_del(&rx_conn->list);
+    }
+}
+
+/* Free a connection: its ring (held blocks stay until released), the pidfd,
+ * and the slot, which a new sender may then claim */
+static void uct_remapring_rx_conn_free(uct_remapring_iface_t *iface,
+                                       unsigned index)
+{
+    uct_remapring_rx_conn_t *rx_conn = &iface->rx.rx_conns[index];
+    uct_remapring_conn_t *conn       = &iface->rx.conns[index];
+
+    uct_remapring_rx_set_idle(rx_conn);
+    if (rx_conn->ring != NULL) {
+        uct_remapring_ring_destroy(rx_conn->ring);
+        rx_conn->ring = NULL;
+        --iface->rx.nconns;
+    }
+
+    if (rx_conn->pidfd >= 0) {
+        close(rx_conn->pidfd);
+        rx_conn->pidfd = -1;
+    }
+
+    conn->armed = 0;
+    __atomic_store_n(&conn->state, UCT_REMAPRING_CONN_FREE, __ATOMIC_RELEASE);
+}
+
+static void uct_remapring_rx_conn_fail(uct_remapring_iface_t *iface,
+                                       unsigned index, const char *reason)
+{
+    uct_remapring_conn_t *conn = &iface->rx.conns[index];
+
+    ucs_error("remapring: iface %p connection %u from pid %d failed: %s",
+              iface, index, conn->sender_pid, reason);
+    uct_remapring_rx_set_idle(&iface->rx.rx_conns[index]);
+    /* keep the ring view mapped until the sender leaves, so that its late
+     * writes land in our pool and nowhere else */
+    __atomic_store_n(&conn->state, UCT_REMAPRING_CONN_FAILED,
+                     __ATOMIC_RELEASE);
+}
+
+/* A sender claimed connection @a index: make its ring */
+static void uct_remapring_rx_conn_accept(uct_remapring_iface_t *iface,
+                                         unsigned index)
+{
+    uct_remapring_rx_conn_t *rx_conn = &iface->rx.rx_conns[index];
+    uct_remapring_conn_t *conn       = &iface->rx.conns[index];
+    uct_remapring_ring_params_t params;
+    ucs_status_t status;
+    int pidfd;
+
+    pidfd = syscall(SYS_pidfd_open, conn->sender_pid, 0);
+    if (pidfd < 0) {
+        uct_remapring_rx_conn_fail(iface, index, "sender is gone");
+        return;
+    }
+
+    uct_remapring_ring_params_default(&params);
+    params.nslots       = iface->rx.nslots;
+    params.headroom     = UCT_REMAPRING_RING_HEADROOM;
+    params.credit_batch = iface->rx.credit_batch;
+    status = uct_remapring_ring_create(iface->rx.pool, &params, &conn->ring,
+                                       &rx_conn->ring);
+    if (status != UCS_OK) {
+        close(pidfd);
+        uct_remapring_rx_conn_fail(iface, index, "cannot make its ring");
+        return;
+    }
+
+    rx_conn->pidfd = pidfd;
+    ++iface->rx.nconns;
+    ucs_debug("remapring: iface %p accepted pid %d on connection %u, ring"
+              " view %p", iface, conn->sender_pid, index,
+              rx_conn->ring->view);
+    __atomic_store_n(&conn->state, UCT_REMAPRING_CONN_READY, __ATOMIC_RELEASE);
+    uct_remapring_rx_set_active(iface, rx_conn);
+}
+
+/* A doorbell for connection @a index rang */
+static void uct_remapring_rx_conn_wake(uct_remapring_iface_t *iface,
+                                       unsigned index)
+{
+    uct_remapring_rx_conn_t *rx_conn = &iface->rx.rx_conns[index];
+
+    switch (__atomic_load_n(&iface->rx.conns[index].state, __ATOMIC_ACQUIRE)) {
+    case UCT_REMAPRING_CONN_CLAIMED:
+        if (rx_conn->ring == NULL) {
+            uct_remapring_rx_conn_accept(iface, index);
+        }
+        break;
+    case UCT_REMAPRING_CONN_READY:
+    case UCT_REMAPRING_CONN_CLOSED:
+        if (rx_conn->ring != NULL) {
+            uct_remapring_rx_set_active(iface, rx_conn);
+        } else {
+            uct_remapring_rx_conn_free(iface, index);
+        }
+        break;
+    default:
+        break;
+    }
+}
+
+static void uct_remapring_rx_doorbells(uct_remapring_iface_t *iface)
+{
+    uct_remapring_ctl_t *ctl = iface->rx.ctl;
+    uint64_t summary, word;
+    unsigned w, b;
+
+    if (ucs_likely(__atomic_load_n(&ctl->summary, __ATOMIC_RELAXED) == 0)) {
+        return;
+    }
+
+    summary = __atomic_exchange_n(&ctl->summary, 0, __ATOMIC_ACQUIRE);
+    ucs_for_each_bit(w, summary) {
+        word = __atomic_exchange_n(&ctl->active[w], 0, __ATOMIC_ACQUIRE);
+        ucs_for_each_bit(b, word) {
+            if ((w * 64) + b < iface->rx.max_peers) {
+                uct_remapring_rx_conn_wake(iface, (w * 64) + b);
+            }
+        }
+    }
+}
+
+/* Deliver up to a burst of records from one connection's ring */
+static unsigned uct_remapring_rx_conn_poll(uct_remapring_iface_t *iface,
+                                           unsigned index)
+{
+    uct_remapring_rx_conn_t *rx_conn = &iface->rx.rx_conns[index];
+    uct_remapring_conn_t *conn       = &iface->rx.conns[index];
+    uct_remapring_ring_t *ring       = rx_conn->ring;
+    uct_remapring_ring_rx_t rx;
+    ucs_status_t status;
+    unsigned count;
+
+    for (count = 0; count < UCT_REMAPRING_RX_BURST; ++count) {
+        status = uct_remapring_ring_poll(ring, &rx);
+        if (status == UCS_ERR_NO_PROGRESS) {
+            break;
+        } else if (ucs_unlikely(status != UCS_OK)) {
+            uct_remapring_rx_conn_fail(iface, index, "bad record");
+            return count;
+        } else if (ucs_unlikely(rx.am_id >= UCT_AM_ID_MAX)) {
+            uct_remapring_rx_conn_fail(iface, index, "bad active message id");
+            return count;
+        }
+
+        /* every message is delivered in place, with a descriptor the upper
+         * layer may keep: its release callback sits right before the
+         * upper layer's headroom, inside the record's headroom */
+        uct_recv_desc(UCS_PTR_BYTE_OFFSET(rx.payload,
+                                          -(ptrdiff_t)iface->rx.rx_headroom))
+                = &iface->rx.release_desc;
+        status = uct_iface_invoke_am(&iface->super, rx.am_id, rx.payload,
+                                     rx.length, UCT_CB_PARAM_FLAG_DESC);
+        uct_remapring_ring_consume(ring, &rx, status == UCS_INPROGRESS);
+    }
+
+    if (count < UCT_REMAPRING_RX_BURST) {
+        /* empty: arm the doorbell, then look once more, as the sender may
+         * have published before it could see the arming (see remapring_ctl_t) */
+        __atomic_store_n(&conn->armed, 1, __ATOMIC_RELAXED);
+        __atomic_thread_fence(__ATOMIC_SEQ_CST);
+        if (uct_remapring_ring_ctl_load_tail(&conn->ring) == ring->head) {
+            uct_remapring_rx_set_idle(rx_conn);
+            uct_remapring_ring_flush_credits(ring);
+            if (__atomic_load_n(&conn->state, __ATOMIC_ACQUIRE) ==
+                UCT_REMAPRING_CONN_CLOSED) {
+                uct_remapring_rx_conn_free(iface, index);
+            }
+        }
+    }
+
+    return count;
+}
+
+/* Free the connections of senders that exited without closing */
+static void uct_remapring_rx_reap(uct_remapring_iface_t *iface)
+{
+    struct pollfd pfd;
+    unsigned index;
+
+    for (index = 0; index < iface->rx.max_peers; ++index) {
+        if (iface->rx.rx_conns[index].pidfd < 0) {
+            continue;
+        }
+
+        pfd.fd      = iface->rx.rx_conns[index].pidfd;
+        pfd.events  = POLLIN;
+        pfd.revents = 0;
+        if ((poll(&pfd, 1, 0) == 1) && (pfd.revents & POLLIN)) {
+            ucs_debug("remapring: iface %p sender pid %d on connection %u"
+                      " exited", iface, iface->rx.conns[index].sender_pid,
+                      index);
+            uct_remapring_rx_conn_free(iface, index);
+        }
+    }
+}
+
+static unsigned uct_remapring_iface_progress(uct_iface_h tl_iface)
+{
+    uct_remapring_iface_t *iface = ucs_derived_of(tl_iface,
+                                                  uct_remapring_iface_t);
+    uct_remapring_rx_conn_t *rx_conn, *tmp;
+    unsigned count = 0;
+
+    uct_remapring_rx_doorbells(iface);
+    ucs_list_for_each_safe(rx_conn, tmp, &iface->rx.active, list) {
+        count += uct_remapring_rx_conn_poll(iface,
+                                            rx_conn - iface->rx.rx_conns);
+    }
+
+    count += uct_remapring_ep_progress_pending(iface);
+
+    if ((count == 0) && (iface->rx.nconns > 0) &&
+        (++iface->rx.idle_polls >= UCT_REMAPRING_LIVENESS_PERIOD)) {
+        iface->rx.idle_polls = 0;
+        uct_remapring_rx_reap(iface);
+    }
+
+    return count;
+}
+
+static ucs_status_t uct_remapring_iface_flush(uct_iface_h tl_iface,
+                                              unsigned flags,
+                                              uct_completion_t *comp)
+{
+    uct_remapring_iface_t *iface = ucs_derived_of(tl_iface,
+                                                  uct_remapring_iface_t);
+
+    if (comp != NULL) {
+        return UCS_ERR_UNSUPPORTED;
+    }
+
+    /* every send completed when it returned; only pending requests wait */
+    if (!ucs_arbiter_is_empty(&iface->tx.arbiter) ||
+        !ucs_list_is_empty(&iface->tx.blocked)) {
+        UCT_TL_IFACE_STAT_FLUSH_WAIT(&iface->super);
+        return UCS_INPROGRESS;
+    }
+
+    UCT_TL_IFACE_STAT_FLUSH(&iface->super);
+    return UCS_OK;
+}
+
+static ucs_status_t uct_remapring_iface_fence(uct_iface_h tl_iface,
+                                              unsigned flags)
+{
+    /* sends are ordered: each one is in the receiver's memory when it
+     * returns */
+    ucs_memory_cpu_fence();
+    UCT_TL_IFACE_STAT_FENCE(ucs_derived_of(tl_iface, uct_base_iface_t));
+    return UCS_OK;
+}
+
+static ucs_status_t uct_remapring_iface_ctl_create(uct_remapring_iface_t *iface)
+{
+    char name[64];
+    size_t size;
+    int fd;
+
+    size = ucs_align_up_pow2(uct_remapring_ctl_size(iface->rx.max_peers),
+                             ucs_get_page_size());
+    ucs_snprintf_zero(name, sizeof(name), "remapring-ctl-%d", getpid());
+    /* senders open it through /proc/<pid>/fd/<fd>, CLOEXEC does not matter */
+    fd = memfd_create(name, MFD_CLOEXEC);
+    if (fd < 0) {
+        ucs_error("remapring: memfd_create(%s) failed: %m", name);
+        return UCS_ERR_IO_ERROR;
+    }
+
+    if (ftruncate(fd, size) != 0) {
+        ucs_error("remapring: ftruncate(%s, %zu) failed: %m", name, size);
+        goto err_close;
+    }
+
+    iface->rx.ctl = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd,
+                         0);
+    if (iface->rx.ctl == MAP_FAILED) {
+        ucs_error("remapring: mmap(%s, %zu) failed: %m", name, size);
+        goto err_close;
+    }
+
+    iface->rx.ctl_fd          = fd;
+    iface->rx.ctl_size        = size;
+    iface->rx.conns           = uct_remapring_ctl_conns(iface->rx.ctl,
+                                                        iface->rx.max_peers);
+    iface->rx.ctl->version    = UCT_REMAPRING_CTL_VERSION;
+    iface->rx.ctl->max_peers  = iface->rx.max_peers;
+    iface->rx.ctl->iface_id   = iface->id;
+    iface->rx.ctl->owner_pid  = getpid();
+    iface->rx.ctl->block_size = iface->rx.pool->block_size;
+    __atomic_store_n(&iface->rx.ctl->magic, UCT_REMAPRING_CTL_MAGIC,
+                     __ATOMIC_RELEASE);
+    return UCS_OK;
+
+err_close:
+    close(fd);
+    return UCS_ERR_IO_ERROR;
+}
+
+static void uct_remapring_iface_ctl_destroy(uct_remapring_iface_t *iface)
+{
+    munmap(iface->rx.ctl, iface->rx.ctl_size);
+    close(iface->rx.ctl_fd);
+}
+
+static UCS_CLASS_DECLARE_DELETE_FUNC(uct_remapring_iface_t, uct_iface_t);
+
+/* clang-format off */
+static uct_iface_ops_t uct_remapring_iface_tl_ops = {
+    .ep_am_short              = uct_remapring_ep_am_short,
+    .ep_am_bcopy              = uct_remapring_ep_am_bcopy,
+    .ep_am_zcopy              = uct_remapring_ep_am_zcopy,
+    .ep_put_zcopy             = uct_remapring_ep_put_zcopy,
+    .ep_get_zcopy             = uct_remapring_ep_get_zcopy,
+    .ep_pending_add           = uct_remapring_ep_pending_add,
+    .ep_pending_purge         = uct_remapring_ep_pending_purge,
+    .ep_flush                 = uct_remapring_ep_flush,
+    .ep_fence                 = uct_sm_ep_fence,
+    .ep_check                 = uct_remapring_ep_check,
+    .ep_create                = UCS_CLASS_NEW_FUNC_NAME(uct_remapring_ep_t),
+    .ep_destroy               = UCS_CLASS_DELETE_FUNC_NAME(uct_remapring_ep_t),
+    .iface_flush              = uct_remapring_iface_flush,
+    .iface_fence              = uct_remapring_iface_fence,
+    .iface_progress_enable    = uct_base_iface_progress_enable,
+    .iface_progress_disable   = uct_base_iface_progress_disable,
+    .iface_progress           = uct_remapring_iface_progress,
+    .iface_event_fd_get       = (uct_iface_event_fd_get_func_t)
+                                ucs_empty_function_return_unsupported,
+    .iface_event_arm          = (uct_iface_event_arm_func_t)
+                                ucs_empty_function_return_unsupported,
+    .iface_close              = UCS_CLASS_DELETE_FUNC_NAME(
+                                        uct_remapring_iface_t),
+    .iface_query              = uct_remapring_iface_query,
+    .iface_get_address        = uct_remapring_iface_get_address,
+    .iface_get_device_address = uct_sm_iface_get_device_address,
+    .iface_is_reachable       = uct_remapring_iface_is_reachable,
+};
+
+static uct_iface_internal_ops_t uct_remapring_iface_internal_ops = {
+    .iface_estimate_perf = uct_base_iface_estimate_perf,
+    .iface_vfs_refresh   = (uct_iface_vfs_refresh_func_t)ucs_empty_function,
+    .ep_query            = (uct_ep_query_func_t)
+                           ucs_empty_function_return_unsupported,
+    .ep_invalidate       = (uct_ep_invalidate_func_t)
+                           ucs_empty_function_return_unsupported,
+};
+/* clang-format on */
 
 static UCS_CLASS_INIT_FUNC(uct_remapring_iface_t, uct_md_h md,
                            uct_worker_h worker,
@@ -117,26 +633,141 @@ static UCS_CLASS_INIT_FUNC(uct_remapring_iface_t, uct_md_h md,
 {
     const uct_remapring_iface_config_t *config =
             ucs_derived_of(tl_config, uct_remapring_iface_config_t);
+    uct_remapring_pool_params_t pool_params;
     ucs_status_t status;
+    unsigned index;
+
+    UCT_CHECK_PARAM(params->field_mask & UCT_IFACE_PARAM_FIELD_OPEN_MODE,
+                    "UCT_IFACE_PARAM_FIELD_OPEN_MODE is not defined");
+    if (!(params->open_mode & UCT_IFACE_OPEN_MODE_DEVICE)) {
+        ucs_error("remapring: only UCT_IFACE_OPEN_MODE_DEVICE is supported");
+        return UCS_ERR_UNSUPPORTED;
+    }
 
     status = uct_remapring_iface_config_check(config);
     if (status != UCS_OK) {
         return status;
     }
 
-    ucs_error("remapring: this build offers no remapring device");
-    return UCS_ERR_NO_DEVICE;
+    UCS_CLASS_CALL_SUPER_INIT(uct_base_iface_t, &uct_remapring_iface_tl_ops,
+                              &uct_remapring_iface_internal_ops, md, worker,
+                              params, tl_config UCS_STATS_ARG(
+                                      (params->field_mask &
+                                       UCT_IFACE_PARAM_FIELD_STATS_ROOT) ?
+                                      params->stats_root : NULL)
+                              UCS_STATS_ARG(UCT_REMAPRING_NAME));
+
+    self->rx.rx_headroom = (params->field_mask &
+                            UCT_IFACE_PARAM_FIELD_RX_HEADROOM) ?
+                           params->rx_headroom : 0;
+    if (self->rx.rx_headroom + sizeof(uct_recv_desc_t*) >
+        UCT_REMAPRING_RING_HEADROOM) {
+        ucs_error("remapring: rx_headroom %u is larger than the %zu bytes"
+                  " a ring record leaves", self->rx.rx_headroom,
+                  UCT_REMAPRING_RING_HEADROOM - sizeof(uct_recv_desc_t*));
+        return UCS_ERR_INVALID_PARAM;
+    }
+
+    self->id                   = ucs_generate_uuid((uintptr_t)self);
+    self->rx.max_peers         = config->max_peers;
+    self->rx.nslots            = config->ring_slots;
+    self->rx.credit_batch      = config->credit_batch;
+    self->rx.nconns            = 0;
+    self->rx.idle_polls        = 0;
+    self->rx.release_desc.cb   = uct_remapring_iface_release_desc;
+    self->tx.max_short         = config->max_short;
+    self->tx.max_bcopy         = uct_remapring_ring_max_payload(
+                                         config->block_size,
+                                         UCT_REMAPRING_RING_HEADROOM);
+    self->perf.bandwidth       = config->bandwidth;
+    self->perf.latency         = config->latency;
+    self->perf.overhead        = config->overhead;
+    ucs_list_head_init(&self->rx.active);
+    ucs_list_head_init(&self->tx.blocked);
+    ucs_arbiter_init(&self->tx.arbiter);
+
+    uct_remapring_pool_params_default(&pool_params);
+    pool_params.block_size  = config->block_size;
+    pool_params.max_blocks  = (config->pool_max == UCS_MEMUNITS_INF) ?
+                              UINT32_MAX / 2 :
+                              config->pool_max / config->block_size;
+    pool_params.init_blocks = ucs_min(config->ring_slots * 2,
+                                      pool_params.max_blocks);
+    pool_params.grow_blocks = config->ring_slots;
+    pool_params.name        = "remapring-pool";
+    status = uct_remapring_pool_create(&pool_params, &self->rx.pool);
+    if (status != UCS_OK) {
+        goto err_arbiter;
+    }
+
+    self->rx.rx_conns = ucs_calloc(self->rx.max_peers,
+                                   sizeof(*self->rx.rx_conns),
+                                   "remapring_rx_conns");
+    if (self->rx.rx_conns == NULL) {
+        ucs_error("remapring: failed to allocate %u connections",
+                  self->rx.max_peers);
+        status = UCS_ERR_NO_MEMORY;
+        goto err_pool;
+    }
+
+    for (index = 0; index < self->rx.max_peers; ++index) {
+        self->rx.rx_conns[index].pidfd = -1;
+    }
+
+    self->tx.bounce = ucs_malloc(self->tx.max_bcopy, "remapring_bounce");
+    if (self->tx.bounce == NULL) {
+        ucs_error("remapring: failed to allocate a %zu byte bounce buffer",
+                  self->tx.max_bcopy);
+        status = UCS_ERR_NO_MEMORY;
+        goto err_conns;
+    }
+
+    status = uct_remapring_iface_ctl_create(self);
+    if (status != UCS_OK) {
+        goto err_bounce;
+    }
+
+    ucs_debug("remapring: iface %p pid %d ctl fd %d blocks %zu slots %u"
+              " peers %u", self, getpid(), self->rx.ctl_fd,
+              config->block_size, config->ring_slots, config->max_peers);
+    return UCS_OK;
+
+err_bounce:
+    ucs_free(self->tx.bounce);
+err_conns:
+    ucs_free(self->rx.rx_conns);
+err_pool:
+    uct_remapring_pool_destroy(self->rx.pool);
+err_arbiter:
+    ucs_arbiter_cleanup(&self->tx.arbiter);
+    return status;
 }
 
 static UCS_CLASS_CLEANUP_FUNC(uct_remapring_iface_t)
 {
+    unsigned index;
+
+    uct_base_iface_progress_disable(&self->super.super,
+                                    UCT_PROGRESS_SEND | UCT_PROGRESS_RECV);
+    for (index = 0; index < self->rx.max_peers; ++index) {
+        if (self->rx.rx_conns[index].ring != NULL) {
+            uct_remapring_rx_conn_free(self, index);
+        }
+    }
+
+    uct_remapring_iface_ctl_destroy(self);
+    ucs_free(self->tx.bounce);
+    ucs_free(self->rx.rx_conns);
+    uct_remapring_pool_destroy(self->rx.pool);
+    ucs_arbiter_cleanup(&self->tx.arbiter);
 }
 
 UCS_CLASS_DEFINE(uct_remapring_iface_t, uct_base_iface_t);
 
 static UCS_CLASS_DEFINE_NEW_FUNC(uct_remapring_iface_t, uct_iface_t, uct_md_h,
-                                 uct_worker_h, const uct_iface_params_t *,
-                                 const uct_iface_config_t *);
+                                 uct_worker_h, const uct_iface_params_t*,
+                                 const uct_iface_config_t*);
+static UCS_CLASS_DEFINE_DELETE_FUNC(uct_remapring_iface_t, uct_iface_t);
 
 UCT_TL_DEFINE_ENTRY(&uct_remapring_component, remapring,
                     uct_remapring_query_tl_devices, uct_remapring_iface_t,

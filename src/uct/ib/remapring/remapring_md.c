@@ -15,6 +15,9 @@
 #include <ucs/debug/log.h>
 #include <ucs/debug/memtrack_int.h>
 #include <ucs/type/init_once.h>
+#include <inttypes.h>
+#include <limits.h>
+#include <string.h>
 #include <sys/mman.h>
 #include <sys/uio.h>
 #include <unistd.h>
@@ -30,6 +33,39 @@ static ucs_config_field_t uct_remapring_md_config_table[] = {
 };
 /* clang-format on */
 
+
+static uint32_t uct_remapring_rkey_hash(const uct_remapring_rkey_t *rkey)
+{
+    uint64_t h = rkey->magic ^ (rkey->address * 0x9e3779b97f4a7c15ull) ^
+                 (rkey->length * 0xc2b2ae3d27d4eb4full) ^
+                 ((uint64_t)(uint32_t)rkey->pid << 17);
+
+    h ^= h >> 33;
+    h *= 0xff51afd7ed558ccdull;
+    h ^= h >> 33;
+    return (uint32_t)h;
+}
+
+ucs_status_t uct_remapring_rkey_check(const uct_remapring_rkey_t *rkey,
+                                      pid_t pid, uint64_t address,
+                                      size_t length)
+{
+    if (ucs_unlikely(rkey->pid != pid)) {
+        ucs_error("remapring: rkey of pid %d used with a peer of pid %d",
+                  rkey->pid, pid);
+        return UCS_ERR_INVALID_PARAM;
+    }
+
+    if (ucs_unlikely((address < rkey->address) || (length > rkey->length) ||
+                     (address - rkey->address > rkey->length - length))) {
+        ucs_error("remapring: range 0x%" PRIx64 "+%zu is outside rkey"
+                  " 0x%" PRIx64 "+%" PRIu64, address, length, rkey->address,
+                  rkey->length);
+        return UCS_ERR_INVALID_PARAM;
+    }
+
+    return UCS_OK;
+}
 
 static int uct_remapring_md_probe_host(void)
 {
@@ -80,20 +116,101 @@ uct_remapring_query_md_resources(uct_component_t *component,
                                            num_resources_p);
 }
 
-static ucs_status_t
-uct_remapring_md_query(uct_md_h uct_md, uct_md_attr_t *md_attr)
+static ucs_status_t uct_remapring_md_query(uct_md_h uct_md,
+                                           uct_md_attr_t *md_attr)
 {
-    md_attr->rkey_packed_size     = 0;
-    md_attr->cap.flags            = 0;
-    md_attr->cap.reg_mem_types    = 0;
+    md_attr->rkey_packed_size     = sizeof(uct_remapring_rkey_t);
+    md_attr->cap.flags            = UCT_MD_FLAG_REG | UCT_MD_FLAG_NEED_RKEY;
+    md_attr->cap.reg_mem_types    = UCS_BIT(UCS_MEMORY_TYPE_HOST);
     md_attr->cap.alloc_mem_types  = 0;
     md_attr->cap.access_mem_types = UCS_BIT(UCS_MEMORY_TYPE_HOST);
     md_attr->cap.detect_mem_types = 0;
     md_attr->cap.max_alloc        = 0;
-    md_attr->cap.max_reg          = 0;
-    md_attr->reg_cost             = ucs_linear_func_make(0, 0);
+    md_attr->cap.max_reg          = ULONG_MAX;
+    /* a registration is bookkeeping only: the kernel resolves addresses at
+     * each process_vm_readv/writev, as a NIC with ODP does */
+    md_attr->reg_cost             = ucs_linear_func_make(50e-9, 0);
 
     memset(&md_attr->local_cpus, 0xff, sizeof(md_attr->local_cpus));
+    return UCS_OK;
+}
+
+static ucs_status_t uct_remapring_mem_reg(uct_md_h md, void *address,
+                                          size_t length, unsigned flags,
+                                          uct_mem_h *memh_p)
+{
+    uct_remapring_memh_t *memh;
+
+    memh = ucs_malloc(sizeof(*memh), "uct_remapring_memh_t");
+    if (memh == NULL) {
+        ucs_error("remapring: failed to allocate a memory handle");
+        return UCS_ERR_NO_MEMORY;
+    }
+
+    memh->address = address;
+    memh->length  = length;
+    *memh_p       = memh;
+    return UCS_OK;
+}
+
+static ucs_status_t
+uct_remapring_mem_dereg(uct_md_h md, const uct_md_mem_dereg_params_t *params)
+{
+    UCT_MD_MEM_DEREG_CHECK_PARAMS(params, 0);
+
+    ucs_free(params->memh);
+    return UCS_OK;
+}
+
+static ucs_status_t
+uct_remapring_mkey_pack(uct_md_h md, uct_mem_h uct_memh,
+                        const uct_md_mkey_pack_params_t *params,
+                        void *rkey_buffer)
+{
+    const uct_remapring_memh_t *memh = uct_memh;
+    uct_remapring_rkey_t rkey;
+
+    rkey.magic   = UCT_REMAPRING_RKEY_MAGIC;
+    rkey.address = (uintptr_t)memh->address;
+    rkey.length  = memh->length;
+    rkey.pid     = getpid();
+    rkey.check   = uct_remapring_rkey_hash(&rkey);
+    memcpy(rkey_buffer, &rkey, sizeof(rkey));
+    return UCS_OK;
+}
+
+static ucs_status_t
+uct_remapring_rkey_unpack(uct_component_t *component, const void *rkey_buffer,
+                          uct_rkey_t *rkey_p, void **handle_p)
+{
+    uct_remapring_rkey_t *rkey;
+
+    rkey = ucs_malloc(sizeof(*rkey), "uct_remapring_rkey_t");
+    if (rkey == NULL) {
+        ucs_error("remapring: failed to allocate an rkey");
+        return UCS_ERR_NO_MEMORY;
+    }
+
+    memcpy(rkey, rkey_buffer, sizeof(*rkey));
+    if ((rkey->magic != UCT_REMAPRING_RKEY_MAGIC) ||
+        (rkey->check != uct_remapring_rkey_hash(rkey)) || (rkey->pid <= 0) ||
+        (rkey->address + rkey->length < rkey->address)) {
+        ucs_error("remapring: malformed rkey (magic 0x%" PRIx64 " pid %d"
+                  " range 0x%" PRIx64 "+%" PRIu64 ")", rkey->magic,
+                  rkey->pid, rkey->address, rkey->length);
+        ucs_free(rkey);
+        return UCS_ERR_INVALID_PARAM;
+    }
+
+    *rkey_p   = (uintptr_t)rkey;
+    *handle_p = NULL;
+    return UCS_OK;
+}
+
+static ucs_status_t uct_remapring_rkey_release(uct_component_t *component,
+                                               uct_rkey_t rkey, void *handle)
+{
+    ucs_free((void*)rkey);
     return UCS_OK;
 }
 
@@ -116,14 +233,11 @@ uct_remapring_md_open(uct_component_t *component, const char *md_name,
                                   ucs_empty_function_return_unsupported,
         .mem_advise             = (uct_md_mem_advise_func_t)
                                   ucs_empty_function_return_unsupported,
-        .mem_reg                = (uct_md_mem_reg_func_t)
-                                  ucs_empty_function_return_unsupported,
-        .mem_dereg              = (uct_md_mem_dereg_func_t)
-                                  ucs_empty_function_return_unsupported,
+        .mem_reg                = uct_remapring_mem_reg,
+        .mem_dereg              = uct_remapring_mem_dereg,
         .mem_query              = (uct_md_mem_query_func_t)
                                   ucs_empty_function_return_unsupported,
-        .mkey_pack              = (uct_md_mkey_pack_func_t)
-                                  ucs_empty_function_return_unsupported,
+        .mkey_pack              = uct_remapring_mkey_pack,
         .is_sockaddr_accessible = ucs_empty_function_return_zero_int,
         .detect_memory_type     = (uct_md_detect_memory_type_func_t)
                                   ucs_empty_function_return_unsupported,
@@ -149,11 +263,10 @@ uct_component_t uct_remapring_component = {
     .md_open            = uct_remapring_md_open,
     .cm_open            = (uct_component_cm_open_func_t)
                           ucs_empty_function_return_unsupported,
-    .rkey_unpack        = uct_md_stub_rkey_unpack,
+    .rkey_unpack        = uct_remapring_rkey_unpack,
     .rkey_ptr           = (uct_component_rkey_ptr_func_t)
                           ucs_empty_function_return_unsupported,
-    .rkey_release       = (uct_component_rkey_release_func_t)
-                          ucs_empty_function_return_success,
+    .rkey_release       = uct_remapring_rkey_release,
     .name               = UCT_REMAPRING_NAME,
     .md_config          = {
         .name           = "remapring memory domain",

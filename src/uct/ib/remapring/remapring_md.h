@@ -28,7 +28,40 @@ typedef struct uct_remapring_md {
 } uct_remapring_md_t;
 
 
+/**
+ * Remote key: a registered range of the owner's address space. Packed as is;
+ * @a check guards against truncated or foreign keys.
+ */
+typedef struct uct_remapring_rkey {
+    uint64_t magic;
+    uint64_t address;
+    uint64_t length;
+    int32_t  pid;
+    uint32_t check;
+} UCS_S_PACKED uct_remapring_rkey_t;
+
+#define UCT_REMAPRING_RKEY_MAGIC 0x79656b72616d6572ull /* "remarkey" */
+
+
+/**
+ * Memory handle of a registration.
+ */
+typedef struct uct_remapring_memh {
+    void   *address;
+    size_t length;
+} uct_remapring_memh_t;
+
+
 extern uct_component_t uct_remapring_component;
+
+
+/**
+ * Check that a remote key from a peer covers [@a address, + @a length) of
+ * process @a pid; logs and returns UCS_ERR_INVALID_PARAM otherwise.
+ */
+ucs_status_t uct_remapring_rkey_check(const uct_remapring_rkey_t *rkey,
+                                      pid_t pid, uint64_t address,
+                                      size_t length);
 
 
 /**

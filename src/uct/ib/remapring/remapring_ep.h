@@ -1,0 +1,92 @@
+/**
+ * Copyright (c) remapring contributors. See file LICENSE for terms.
+ */
+
+#ifndef UCT_REMAPRING_EP_H_
+#define UCT_REMAPRING_EP_H_
+
+#include "remapring_iface.h"
+
+
+/** Largest am_zcopy header, and pieces of an am_zcopy/put/get iov */
+#define UCT_REMAPRING_AM_MAX_HDR 128
+#define UCT_REMAPRING_MAX_IOV    (UCT_REMAPRING_RING_MAX_IOV - 1)
+
+
+/**
+ * Endpoint: the sender's side of one connection to a receiver interface.
+ */
+struct uct_remapring_ep {
+    uct_base_ep_t               super;
+    pid_t                       pid;        /* receiver */
+    uct_remapring_ctl_t         *ctl;       /* receiver's control area */
+    size_t                      ctl_size;
+    uct_remapring_conn_t        *conn;      /* our connection in it */
+    unsigned                    index;      /* of @a conn */
+    uct_remapring_wire_t        *wire;      /* NULL until the ring is ready */
+    uct_remapring_ring_writer_t writer;
+    ucs_status_t                status;     /* sticky failure */
+    int                         blocked;    /* on iface->tx.blocked */
+    ucs_list_link_t             list;       /* in iface->tx.blocked */
+    ucs_arbiter_group_t         arb_group;  /* pending requests */
+    uct_keepalive_info_t        keepalive;
+};
+
+
+UCS_CLASS_DECLARE_NEW_FUNC(uct_remapring_ep_t, uct_ep_t, const uct_ep_params_t*);
+UCS_CLASS_DECLARE_DELETE_FUNC(uct_remapring_ep_t, uct_ep_t);
+
+/** Active messages; see uct_ep_am_short() and friends. */
+ucs_status_t uct_remapring_ep_am_short(uct_ep_h tl_ep, uint8_t id,
+                                       uint64_t header, const void *payload,
+                                       unsigned length);
+
+/** See uct_ep_am_bcopy(). */
+ssize_t uct_remapring_ep_am_bcopy(uct_ep_h tl_ep, uint8_t id,
+                                  uct_pack_callback_t pack_cb, void *arg,
+                                  unsigned flags);
+
+/** See uct_ep_am_zcopy(); completes at once. */
+ucs_status_t uct_remapring_ep_am_zcopy(uct_ep_h tl_ep, uint8_t id,
+                                       const void *header,
+                                       unsigned header_length,
+                                       const uct_iov_t *iov, size_t iovcnt,
+                                       unsigned flags, uct_completion_t *comp);
+
+/** RDMA-style write with process_vm_writev; completes at once. */
+ucs_status_t uct_remapring_ep_put_zcopy(uct_ep_h tl_ep, const uct_iov_t *iov,
+                                        size_t iovcnt, uint64_t remote_addr,
+                                        uct_rkey_t rkey,
+                                        uct_completion_t *comp);
+
+/** RDMA-style read with process_vm_readv; completes at once. */
+ucs_status_t uct_remapring_ep_get_zcopy(uct_ep_h tl_ep, const uct_iov_t *iov,
+                                        size_t iovcnt, uint64_t remote_addr,
+                                        uct_rkey_t rkey,
+                                        uct_completion_t *comp);
+
+/** Queue a request until the ring has credit again. */
+ucs_status_t uct_remapring_ep_pending_add(uct_ep_h tl_ep,
+                                          uct_pending_req_t *req,
+                                          unsigned flags);
+
+/** Drop the pending requests, calling @a cb on each. */
+void uct_remapring_ep_pending_purge(uct_ep_h tl_ep,
+                                    uct_pending_purge_callback_t cb,
+                                    void *arg);
+
+/** Sends complete when they return: flush waits only for pending ones. */
+ucs_status_t uct_remapring_ep_flush(uct_ep_h tl_ep, unsigned flags,
+                                    uct_completion_t *comp);
+
+/** Keepalive: schedules a peer failure if the receiver process is gone. */
+ucs_status_t uct_remapring_ep_check(uct_ep_h tl_ep, unsigned flags,
+                                    uct_completion_t *comp);
+
+/**
+ * Send-side progress: reschedule endpoints whose ring got credit back and
+ * dispatch their pending requests.
+ */
+unsigned uct_remapring_ep_progress_pending(uct_remapring_iface_t *iface);
+
+#endif
