@@ -1,0 +1,555 @@
+/**
+ * Copyright (C) remapring authors. ALL RIGHTS RESERVED.
+ *
+ * See file LICENSE for terms.
+ */
+
+#ifndef _GNU_SOURCE
+#define _GNU_SOURCE
+#endif
+
+#include <uct/ib/remapring/ring.h>
+
+#include <ucs/arch/bitops.h>
+#include <ucs/debug/log_def.h>
+#include <ucs/sys/math.h>
+
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+
+
+void uct_remapring_ring_params_default(uct_remapring_ring_params_t *params)
+{
+    params->nslots       = 16;
+    params->headroom     = 256;
+    params->credit_batch = 4;
+}
+
+static inline unsigned
+uct_remapring_ring_slot(const uct_remapring_ring_t *ring, uint64_t offset)
+{
+    return (unsigned)(offset >> ring->block_shift) & (ring->nslots - 1);
+}
+
+static inline void *
+uct_remapring_ring_cpu_addr(const uct_remapring_ring_t *ring, uint64_t offset)
+{
+    uint32_t block = ring->slots[uct_remapring_ring_slot(ring, offset)];
+
+    return (char *)uct_remapring_pool_block_addr(ring->pool, block) +
+           (offset & (ring->block_size - 1));
+}
+
+static void uct_remapring_ring_publish(uct_remapring_ring_t *ring)
+{
+    uct_remapring_ring_ctl_store_released(ring->ctl, ring->credited);
+    ring->published = ring->credited;
+    ring->stats.ncredits++;
+}
+
+/*
+ * Credit every slot the head has left, in order. A slot whose block holds
+ * records gets a fresh block first; with none to be had the ring waits on
+ * the pool, and release() calls back here when a block frees.
+ */
+static void uct_remapring_ring_credit(uct_remapring_ring_t *ring)
+{
+    uct_remapring_pool_t *pool = ring->pool;
+    uint64_t done              = ring->head & ~(uint64_t)(ring->block_size - 1);
+    uct_remapring_pool_block_t *block;
+    ucs_status_t status;
+    uint32_t fresh;
+    unsigned slot;
+
+    while (ring->credited < done) {
+        slot  = uct_remapring_ring_slot(ring, ring->credited);
+        block = &pool->blocks[ring->slots[slot]];
+
+        if (block->nholds > 0) {
+            status = uct_remapring_pool_block_get(pool, &fresh);
+            if (status != UCS_OK) {
+                if (!ring->waiting) {
+                    ucs_list_add_tail(&pool->waiters, &ring->list);
+                    ring->waiting = 1;
+                    ring->stats.nwaits++;
+                }
+                break;
+            }
+
+            status = uct_remapring_pool_remap(pool, fresh,
+                                              (char *)ring->view +
+                                                      ((size_t)slot
+                                                       << ring->block_shift));
+            if (status != UCS_OK) {
+                /* A failed MAP_FIXED may leave the slot unmapped: the ring
+                 * is unusable, the writer is never credited past here */
+                uct_remapring_pool_block_put(pool, fresh);
+                ring->status = status;
+                break;
+            }
+
+            block->state = UCT_REMAPRING_POOL_BLOCK_DETACHED;
+            block->owner = NULL;
+            pool->stats.ndetached++;
+            pool->blocks[fresh].owner = ring;
+            pool->blocks[fresh].slot  = slot;
+            ring->slots[slot]         = fresh;
+            ring->stats.nremaps++;
+        } else {
+            ring->stats.nreuse++;
+        }
+
+        ring->credited += ring->block_size;
+    }
+
+    if (ring->waiting && (ring->credited == done)) {
+        ucs_list_del(&ring->list);
+        ring->waiting = 0;
+    }
+
+    /* Publish a full batch, or anything pending once the reader has caught
+     * up with the tail it saw: nothing more would complete a slot until the
+     * writer writes again, and it may be waiting for exactly these credits */
+    if ((ring->credited - ring->published >= ring->credit_batch) ||
+        ((ring->credited != ring->published) && (ring->head == ring->tail))) {
+        uct_remapring_ring_publish(ring);
+    }
+}
+
+ucs_status_t
+uct_remapring_ring_create(uct_remapring_pool_t *pool,
+                          const uct_remapring_ring_params_t *params,
+                          uct_remapring_ring_ctl_t *ctl,
+                          uct_remapring_ring_t **ring_p)
+{
+    uct_remapring_ring_t *ring;
+    ucs_status_t status;
+    unsigned i, run;
+
+    if (!ucs_is_pow2(params->nslots) || (params->nslots < 2) ||
+        (uct_remapring_ring_payload_offset(params->headroom) >
+         pool->block_size / 2) ||
+        (((uintptr_t)ctl % UCT_REMAPRING_RING_ALIGN) != 0)) {
+        ucs_error("invalid ring parameters: nslots %u headroom %u block size "
+                  "%zu ctl %p",
+                  params->nslots, params->headroom, pool->block_size, ctl);
+        return UCS_ERR_INVALID_PARAM;
+    }
+
+    ring = calloc(1, sizeof(*ring));
+    if (ring == NULL) {
+        ucs_error("failed to allocate ring");
+        return UCS_ERR_NO_MEMORY;
+    }
+
+    ring->pool           = pool;
+    ring->ctl            = ctl;
+    ring->block_size     = pool->block_size;
+    ring->block_shift    = pool->block_shift;
+    ring->nslots         = params->nslots;
+    ring->window_size    = (size_t)params->nslots << pool->block_shift;
+    ring->headroom       = params->headroom;
+    ring->payload_offset = uct_remapring_ring_payload_offset(params->headroom);
+    ring->credit_batch =
+            (uint64_t)ucs_max(1u, ucs_min(params->credit_batch, params->nslots))
+            << pool->block_shift;
+    ring->status = UCS_OK;
+    ucs_list_head_init(&ring->list);
+
+    ring->slots = calloc(ring->nslots, sizeof(*ring->slots));
+    if (ring->slots == NULL) {
+        ucs_error("failed to allocate slot table of %u", ring->nslots);
+        status = UCS_ERR_NO_MEMORY;
+        goto err_free_ring;
+    }
+
+    ring->view = mmap(NULL, ring->window_size, PROT_NONE,
+                      MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    if (ring->view == MAP_FAILED) {
+        ucs_error("failed to reserve ring view of %zu bytes: %m",
+                  ring->window_size);
+        status = UCS_ERR_NO_MEMORY;
+        goto err_free_slots;
+    }
+
+    for (i = 0; i < ring->nslots; ++i) {
+        status = uct_remapring_pool_block_get(pool, &ring->slots[i]);
+        if (status != UCS_OK) {
+            ucs_error("ring %p: no pool block for slot %u of %u: %s", ring, i,
+                      ring->nslots, ucs_status_string(status));
+            goto err_put_blocks;
+        }
+
+        pool->blocks[ring->slots[i]].owner = ring;
+        pool->blocks[ring->slots[i]].slot  = i;
+    }
+
+    /* One mmap per run of consecutive blocks: a fresh pool gives one run, so
+     * a new ring usually costs one VMA */
+    for (i = 0; i < ring->nslots; i += run) {
+        for (run = 1; (i + run < ring->nslots) &&
+                      (ring->slots[i + run] == ring->slots[i] + run);
+             ++run) {
+        }
+
+        status = uct_remapring_pool_map(pool, ring->slots[i], run,
+                                        (char *)ring->view +
+                                                ((size_t)i
+                                                 << ring->block_shift));
+        if (status != UCS_OK) {
+            i = ring->nslots;
+            goto err_put_blocks;
+        }
+    }
+
+    memset(ctl, 0, sizeof(*ctl));
+    ctl->info.magic      = UCT_REMAPRING_RING_CTL_MAGIC;
+    ctl->info.view_addr  = (uintptr_t)ring->view;
+    ctl->info.block_size = (uint32_t)ring->block_size;
+    ctl->info.nslots     = ring->nslots;
+    ctl->info.headroom   = ring->headroom;
+    uct_remapring_ring_ctl_store_tail(ctl, 0);
+    uct_remapring_ring_ctl_store_released(ctl, 0);
+
+    ucs_debug("ring %p view %p slots %u of %zu bytes headroom %u pool %p", ring,
+              ring->view, ring->nslots, ring->block_size, ring->headroom, pool);
+    *ring_p = ring;
+    return UCS_OK;
+
+err_put_blocks:
+    while (i-- > 0) {
+        uct_remapring_pool_block_put(pool, ring->slots[i]);
+    }
+    munmap(ring->view, ring->window_size);
+err_free_slots:
+    free(ring->slots);
+err_free_ring:
+    free(ring);
+    return status;
+}
+
+void uct_remapring_ring_destroy(uct_remapring_ring_t *ring)
+{
+    uct_remapring_pool_t *pool = ring->pool;
+    uct_remapring_pool_block_t *block;
+    unsigned i;
+
+    if (ring->waiting) {
+        ucs_list_del(&ring->list);
+    }
+
+    for (i = 0; i < ring->nslots; ++i) {
+        block = &pool->blocks[ring->slots[i]];
+        if (block->nholds > 0) {
+            block->state = UCT_REMAPRING_POOL_BLOCK_DETACHED;
+            block->owner = NULL;
+            pool->stats.ndetached++;
+        } else {
+            uct_remapring_pool_block_put(pool, ring->slots[i]);
+        }
+    }
+
+    munmap(ring->view, ring->window_size);
+    free(ring->slots);
+    free(ring);
+}
+
+static ucs_status_t uct_remapring_ring_bad(uct_remapring_ring_t *ring,
+                                           const char *what,
+                                           const uct_remapring_ring_hdr_t *hdr)
+{
+    ucs_error("ring %p bad record at offset %lu (tail %lu): %s; stamp %lu "
+              "length %u type 0x%x",
+              ring, ring->head, ring->tail, what, hdr->offset, hdr->length,
+              hdr->type);
+    ring->status = UCS_ERR_IO_ERROR;
+    return ring->status;
+}
+
+ucs_status_t
+uct_remapring_ring_poll(uct_remapring_ring_t *ring, uct_remapring_ring_rx_t *rx)
+{
+    uint64_t pos_mask = ring->block_size - 1;
+    uct_remapring_ring_hdr_t hdr;
+    uint64_t tail, pos, size;
+    char *rec;
+
+    if (ucs_unlikely(ring->status != UCS_OK)) {
+        return ring->status;
+    }
+
+    for (;;) {
+        if (ring->head == ring->tail) {
+            tail = uct_remapring_ring_ctl_load_tail(ring->ctl);
+            if (tail == ring->tail) {
+                if (ring->credited != ring->published) {
+                    uct_remapring_ring_publish(ring);
+                }
+                return UCS_ERR_NO_PROGRESS;
+            }
+
+            if ((tail < ring->tail) ||
+                (tail > ring->published + ring->window_size) ||
+                ((tail % UCT_REMAPRING_RING_ALIGN) != 0)) {
+                ucs_error("ring %p bad tail %lu: head %lu released %lu "
+                          "window %zu",
+                          ring, tail, ring->head, ring->published,
+                          ring->window_size);
+                ring->status = UCS_ERR_IO_ERROR;
+                return ring->status;
+            }
+
+            ring->tail = tail;
+        }
+
+        /* Everything below ring->tail was written before the tail was
+         * published (load-acquire above). Copy the header once: the peer
+         * can still scribble on it, and a check must hold for the value
+         * that is used */
+        pos = ring->head & pos_mask;
+        rec = uct_remapring_ring_cpu_addr(ring, ring->head);
+        memcpy(&hdr, rec, sizeof(hdr));
+
+        if (hdr.offset != ring->head) {
+            return uct_remapring_ring_bad(ring, "wrong offset stamp", &hdr);
+        }
+
+        if (hdr.type == UCT_REMAPRING_RING_REC_DATA) {
+            size = uct_remapring_ring_record_size(ring->payload_offset,
+                                                  hdr.length);
+            if (pos + size > ring->block_size) {
+                return uct_remapring_ring_bad(ring, "length past the slot",
+                                              &hdr);
+            }
+
+            if (ring->head + size > ring->tail) {
+                return uct_remapring_ring_bad(ring, "length past the tail",
+                                              &hdr);
+            }
+
+            rx->payload = rec + ring->payload_offset;
+            rx->length  = hdr.length;
+            rx->am_id   = hdr.am_id;
+            rx->flags   = hdr.flags;
+            rx->offset  = ring->head;
+            rx->next    = ring->head + size;
+            return UCS_OK;
+        } else if (hdr.type == UCT_REMAPRING_RING_REC_PAD) {
+            if ((hdr.length != ring->block_size - pos) ||
+                (ring->head + hdr.length > ring->tail)) {
+                return uct_remapring_ring_bad(ring, "bad pad length", &hdr);
+            }
+
+            ring->head += hdr.length;
+            ring->stats.npads++;
+            uct_remapring_ring_credit(ring);
+        } else {
+            return uct_remapring_ring_bad(ring, "unknown record type", &hdr);
+        }
+    }
+}
+
+void uct_remapring_ring_consume(uct_remapring_ring_t *ring,
+                                const uct_remapring_ring_rx_t *rx, int hold)
+{
+    uct_remapring_pool_t *pool = ring->pool;
+    uct_remapring_pool_block_t *block;
+
+    if (hold) {
+        block = &pool->blocks[ring->slots[uct_remapring_ring_slot(ring,
+                                                                  rx->offset)]];
+        if (block->nholds++ == 0) {
+            pool->stats.nheld_blocks++;
+        }
+        pool->stats.nholds++;
+        ring->stats.nholds++;
+    }
+
+    ring->head = rx->next;
+    ring->stats.nrecords++;
+
+    if ((ring->head & (ring->block_size - 1)) == 0) {
+        uct_remapring_ring_credit(ring);
+    }
+}
+
+ucs_status_t
+uct_remapring_ring_release(uct_remapring_pool_t *pool, const void *addr)
+{
+    uint32_t index = uct_remapring_pool_block_of(pool, addr);
+    uct_remapring_pool_block_t *block;
+    uct_remapring_ring_t *ring, *tmp;
+
+    if ((index == UCT_REMAPRING_POOL_BLOCK_NONE) ||
+        (pool->blocks[index].nholds == 0)) {
+        ucs_error("pool %p release of %p: not a held record", pool, addr);
+        return UCS_ERR_INVALID_PARAM;
+    }
+
+    block = &pool->blocks[index];
+    pool->stats.nholds--;
+    if (--block->nholds > 0) {
+        return UCS_OK;
+    }
+
+    pool->stats.nheld_blocks--;
+    if (block->state == UCT_REMAPRING_POOL_BLOCK_DETACHED) {
+        pool->stats.ndetached--;
+        uct_remapring_pool_block_put(pool, index);
+    } else if (!((uct_remapring_ring_t *)block->owner)->waiting) {
+        /* Still under its slot, and the ring is not stuck on it: the slot
+         * is reused in place when the head leaves it */
+        return UCS_OK;
+    }
+
+    /* A block became free, or a waiting ring's own block lost its holds:
+     * let the waiters (oldest first) take it */
+    ucs_list_for_each_safe(ring, tmp, &pool->waiters, list) {
+        uct_remapring_ring_credit(ring);
+    }
+
+    return UCS_OK;
+}
+
+void uct_remapring_ring_flush_credits(uct_remapring_ring_t *ring)
+{
+    if (ring->credited != ring->published) {
+        uct_remapring_ring_publish(ring);
+    }
+}
+
+void uct_remapring_ring_get_info(const uct_remapring_ring_t *ring,
+                                 uct_remapring_ring_info_t *info)
+{
+    *info = ring->ctl->info;
+}
+
+void uct_remapring_ring_get_stats(const uct_remapring_ring_t *ring,
+                                  uct_remapring_ring_stats_t *stats)
+{
+    *stats = ring->stats;
+}
+
+
+ucs_status_t
+uct_remapring_ring_writer_init(uct_remapring_ring_writer_t *writer,
+                               const uct_remapring_ring_info_t *info,
+                               uct_remapring_wire_t *wire)
+{
+    size_t window_size = (size_t)info->block_size * info->nslots;
+
+    if ((info->magic != UCT_REMAPRING_RING_CTL_MAGIC) ||
+        !ucs_is_pow2(info->block_size) || (info->block_size < 4096) ||
+        !ucs_is_pow2(info->nslots) || (info->nslots < 2) ||
+        (uct_remapring_ring_payload_offset(info->headroom) >
+         info->block_size / 2) ||
+        (window_size != wire->window_size)) {
+        ucs_error("invalid ring info: magic 0x%lx block size %u nslots %u "
+                  "headroom %u, wire window %zu",
+                  info->magic, info->block_size, info->nslots, info->headroom,
+                  wire->window_size);
+        return UCS_ERR_INVALID_PARAM;
+    }
+
+    memset(writer, 0, sizeof(*writer));
+    writer->wire           = wire;
+    writer->tail           = 0;
+    writer->block_size     = info->block_size;
+    writer->window_size    = window_size;
+    writer->payload_offset = uct_remapring_ring_payload_offset(info->headroom);
+    writer->max_payload    = info->block_size - writer->payload_offset;
+    writer->limit = uct_remapring_wire_released_head(wire) + window_size;
+    return UCS_OK;
+}
+
+ucs_status_t uct_remapring_ring_writer_send(uct_remapring_ring_writer_t *writer,
+                                            uint8_t am_id, uint8_t flags,
+                                            const struct iovec *iov,
+                                            size_t iovcnt)
+{
+    uct_remapring_wire_seg_t segs[UCT_REMAPRING_WIRE_MAX_SEGS];
+    uct_remapring_ring_hdr_t pad, hdr;
+    uint64_t offset, size, room, end, pos;
+    unsigned nsegs = 0;
+    size_t i, length;
+    ucs_status_t status;
+
+    if (ucs_unlikely(iovcnt > UCT_REMAPRING_RING_MAX_IOV)) {
+        return UCS_ERR_EXCEEDS_LIMIT;
+    }
+
+    for (i = 0, length = 0; i < iovcnt; ++i) {
+        length += iov[i].iov_len;
+    }
+
+    if (ucs_unlikely(length > writer->max_payload)) {
+        return UCS_ERR_EXCEEDS_LIMIT;
+    }
+
+    offset = writer->tail;
+    size   = uct_remapring_ring_record_size(writer->payload_offset, length);
+    room   = writer->block_size - (offset & (writer->block_size - 1));
+    end    = offset + ((size > room) ? room : 0) + size;
+
+    if (end > writer->limit) {
+        writer->stats.ncredit_reads++;
+        writer->limit = uct_remapring_wire_released_head(writer->wire) +
+                        writer->window_size;
+        if (end > writer->limit) {
+            writer->stats.nno_resource++;
+            return UCS_ERR_NO_RESOURCE;
+        }
+    }
+
+    if (size > room) {
+        pad.offset         = offset;
+        pad.length         = (uint32_t)room;
+        pad.type           = UCT_REMAPRING_RING_REC_PAD;
+        pad.am_id          = 0;
+        pad.flags          = 0;
+        pad.reserved       = 0;
+        segs[nsegs].offset = offset;
+        segs[nsegs].buffer = &pad;
+        segs[nsegs].length = sizeof(pad);
+        ++nsegs;
+        offset += room;
+        writer->stats.npads++;
+    }
+
+    hdr.offset         = offset;
+    hdr.length         = (uint32_t)length;
+    hdr.type           = UCT_REMAPRING_RING_REC_DATA;
+    hdr.am_id          = am_id;
+    hdr.flags          = flags;
+    hdr.reserved       = 0;
+    segs[nsegs].offset = offset;
+    segs[nsegs].buffer = &hdr;
+    segs[nsegs].length = sizeof(hdr);
+    ++nsegs;
+
+    pos = offset + writer->payload_offset;
+    for (i = 0; i < iovcnt; ++i) {
+        if (iov[i].iov_len == 0) {
+            continue;
+        }
+
+        segs[nsegs].offset = pos;
+        segs[nsegs].buffer = iov[i].iov_base;
+        segs[nsegs].length = iov[i].iov_len;
+        pos += iov[i].iov_len;
+        ++nsegs;
+    }
+
+    status = uct_remapring_wire_write(writer->wire, segs, nsegs);
+    if (ucs_unlikely(status != UCS_OK)) {
+        return status;
+    }
+
+    /* The wire's write returned: the bytes are in the reader's memory. Only
+     * now may the tail cover them */
+    writer->tail = end;
+    uct_remapring_wire_publish_tail(writer->wire, end);
+    writer->stats.nrecords++;
+    return UCS_OK;
+}

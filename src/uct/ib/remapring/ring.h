@@ -1,0 +1,430 @@
+/**
+ * Copyright (C) remapring authors. ALL RIGHTS RESERVED.
+ *
+ * See file LICENSE for terms.
+ */
+
+#ifndef UCT_REMAPRING_RING_H_
+#define UCT_REMAPRING_RING_H_
+
+/*
+ * The endless remapped ring.
+ *
+ * Geometry: blocks of B bytes (power of two, >= page), nslots slots (power of
+ * two, >= 2), window W = nslots * B. Ring offsets are 64-bit and only grow;
+ * offset o lands in slot (o / B) % nslots at byte o % B of the slot. The
+ * ring view is W bytes of virtual space, each slot mapped to some pool block
+ * (the slot table says which).
+ *
+ * Records: start on 64-byte boundaries, never cross a slot. A record is a
+ * header (uct_remapring_ring_hdr_t), headroom the writer never writes (the
+ * receiver puts its descriptor there), then the payload at payload_offset;
+ * its size is align64(payload_offset + length). A record that would cross a
+ * slot is preceded by a PAD record covering the rest of the slot. Every
+ * header is stamped with its own ring offset: a header whose stamp differs
+ * from where it was read is not a record of this lap, and is never followed.
+ *
+ * Control words (uct_remapring_ring_ctl_t, shared by both sides, one cache
+ * line each):
+ *   tail           written by the writer only, store-release, after the bytes
+ *                  of every record below it are in the reader's memory; the
+ *                  reader load-acquires it and reads nothing at or past it.
+ *   released_head  written by the reader only, store-release, after every
+ *                  slot below it is backed by a block the writer may
+ *                  overwrite; the writer load-acquires it and writes nothing
+ *                  at or past released_head + W.
+ * So, for the writer: tail <= released_head + W; for the reader:
+ * released_head <= head <= tail. Both are multiples of 64; released_head is a
+ * multiple of B.
+ *
+ * Holds: a delivered record may be held. When head leaves a slot, its block
+ * is reused in place if no record in it is held (no system call), otherwise
+ * it is detached and a free block is mmap(MAP_FIXED)ed under the slot; the
+ * detached block returns to the pool when its last hold is released. A slot
+ * is credited (released_head passes it) only once it is backed by a block
+ * without holds, in slot order: held data is never overwritten, and with no
+ * free block the writer waits (back-pressure) until a hold is released.
+ *
+ * Threads: the writer side (uct_remapring_ring_writer_*) runs in one thread,
+ * possibly another process. Every reader-side call (poll, consume, release,
+ * create, destroy) on the rings of one pool is serialised by the caller.
+ */
+
+#include <uct/ib/remapring/ring_pool.h>
+#include <uct/ib/remapring/ring_wire.h>
+
+#include <ucs/datastruct/list.h>
+#include <ucs/sys/compiler_def.h>
+#include <ucs/type/status.h>
+
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/uio.h>
+
+BEGIN_C_DECLS
+
+
+#define UCT_REMAPRING_RING_ALIGN         64 /* record alignment */
+#define UCT_REMAPRING_RING_PAYLOAD_ALIGN 16 /* payload alignment */
+#define UCT_REMAPRING_RING_CTL_MAGIC     0x676e697270616d72ull /* "rmapring" */
+#define UCT_REMAPRING_RING_MAX_IOV       16 /* payload pieces per record */
+
+
+/**
+ * Record types.
+ */
+typedef enum {
+    UCT_REMAPRING_RING_REC_DATA = 0xd1, /* a message */
+    UCT_REMAPRING_RING_REC_PAD  = 0xa5 /* skip to the end of the slot */
+} uct_remapring_ring_rec_type_t;
+
+
+/**
+ * Record header, at the start of every record.
+ */
+typedef struct uct_remapring_ring_hdr {
+    uint64_t offset; /* ring offset of this record */
+    uint32_t length; /* DATA: payload bytes; PAD: bytes to the slot end */
+    uint8_t type; /* uct_remapring_ring_rec_type_t */
+    uint8_t am_id; /* user field */
+    uint8_t flags; /* user field */
+    uint8_t reserved;
+} UCS_S_PACKED uct_remapring_ring_hdr_t;
+
+
+/**
+ * Ring geometry, which the writer and the reader must agree on.
+ */
+typedef struct uct_remapring_ring_info {
+    uint64_t magic;
+    uint64_t view_addr; /* ring view in the reader's address space */
+    uint32_t block_size; /* B */
+    uint32_t nslots;
+    uint32_t headroom; /* bytes between header and payload, at least */
+    uint32_t reserved;
+} uct_remapring_ring_info_t;
+
+
+/**
+ * Control area shared by writer and reader; each word in its own cache line.
+ */
+struct uct_remapring_ring_ctl {
+    uct_remapring_ring_info_t info UCS_V_ALIGNED(64); /* set by the reader */
+    uint64_t tail UCS_V_ALIGNED(64); /* writer -> reader */
+    uint64_t released_head UCS_V_ALIGNED(64); /* reader -> writer */
+} UCS_V_ALIGNED(64);
+
+
+/**
+ * Writer: make every record below @a tail visible. Call after their bytes
+ * are written.
+ */
+static inline void
+uct_remapring_ring_ctl_store_tail(uct_remapring_ring_ctl_t *ctl, uint64_t tail)
+{
+    __atomic_store_n(&ctl->tail, tail, __ATOMIC_RELEASE);
+}
+
+
+/**
+ * Reader: load the tail; the bytes below it may be read after this.
+ */
+static inline uint64_t
+uct_remapring_ring_ctl_load_tail(uct_remapring_ring_ctl_t *ctl)
+{
+    return __atomic_load_n(&ctl->tail, __ATOMIC_ACQUIRE);
+}
+
+
+/**
+ * Reader: give the writer every slot below @a head. Call after those slots
+ * are mapped to blocks without holds.
+ */
+static inline void
+uct_remapring_ring_ctl_store_released(uct_remapring_ring_ctl_t *ctl,
+                                      uint64_t head)
+{
+    __atomic_store_n(&ctl->released_head, head, __ATOMIC_RELEASE);
+}
+
+
+/**
+ * Writer: load the released head; bytes below it + W may be written after.
+ */
+static inline uint64_t
+uct_remapring_ring_ctl_load_released(uct_remapring_ring_ctl_t *ctl)
+{
+    return __atomic_load_n(&ctl->released_head, __ATOMIC_ACQUIRE);
+}
+
+
+/**
+ * Payload offset inside a record for a given headroom: header + headroom,
+ * rounded up to UCT_REMAPRING_RING_PAYLOAD_ALIGN. Either side.
+ */
+static inline uint32_t uct_remapring_ring_payload_offset(uint32_t headroom)
+{
+    return (uint32_t)((sizeof(uct_remapring_ring_hdr_t) + headroom +
+                       UCT_REMAPRING_RING_PAYLOAD_ALIGN - 1) &
+                      ~(UCT_REMAPRING_RING_PAYLOAD_ALIGN - 1));
+}
+
+
+/**
+ * Bytes a record with @a length payload bytes takes in the ring. Either side.
+ */
+static inline uint64_t
+uct_remapring_ring_record_size(uint32_t payload_offset, uint64_t length)
+{
+    return (payload_offset + length + UCT_REMAPRING_RING_ALIGN - 1) &
+           ~(uint64_t)(UCT_REMAPRING_RING_ALIGN - 1);
+}
+
+
+/**
+ * Largest payload a ring with this block size and headroom carries.
+ */
+static inline size_t
+uct_remapring_ring_max_payload(size_t block_size, uint32_t headroom)
+{
+    return block_size - uct_remapring_ring_payload_offset(headroom);
+}
+
+
+/* ------------------------------------------------------------------------ */
+/* Reader                                                                   */
+/* ------------------------------------------------------------------------ */
+
+/**
+ * Ring creation parameters.
+ */
+typedef struct uct_remapring_ring_params {
+    unsigned nslots; /* power of two, >= 2 */
+    unsigned headroom; /* room before the payload for descriptors */
+    unsigned credit_batch; /* slots credited per released_head update */
+} uct_remapring_ring_params_t;
+
+
+/**
+ * Reader counters.
+ */
+typedef struct uct_remapring_ring_stats {
+    uint64_t nrecords; /* DATA records delivered */
+    uint64_t npads; /* PAD records skipped */
+    uint64_t nholds; /* records held */
+    uint64_t nreuse; /* slots reused in place */
+    uint64_t nremaps; /* slots remapped to a fresh block */
+    uint64_t nwaits; /* times a slot had to wait for a free block */
+    uint64_t ncredits; /* released_head updates */
+} uct_remapring_ring_stats_t;
+
+
+/**
+ * A delivered record.
+ */
+typedef struct uct_remapring_ring_rx {
+    void *payload; /* CPU-view address; headroom bytes before it free */
+    uint32_t length; /* payload bytes */
+    uint8_t am_id; /* user fields of the header */
+    uint8_t flags;
+    uint64_t offset; /* ring offset of the record */
+    uint64_t next; /* ring offset after it */
+} uct_remapring_ring_rx_t;
+
+
+/**
+ * Reader side of one ring: the ring view, its slot table and the head.
+ */
+typedef struct uct_remapring_ring {
+    uct_remapring_pool_t *pool;
+    uct_remapring_ring_ctl_t *ctl;
+    void *view; /* ring view, W bytes */
+    uint32_t *slots; /* slot -> pool block */
+    size_t block_size;
+    unsigned block_shift;
+    unsigned nslots;
+    size_t window_size;
+    uint32_t headroom;
+    uint32_t payload_offset;
+    uint64_t credit_batch; /* in bytes */
+    uint64_t head; /* next record to read */
+    uint64_t tail; /* last tail loaded */
+    uint64_t credited; /* slots below are credited */
+    uint64_t published; /* last released_head stored */
+    ucs_status_t status; /* sticky error */
+    int waiting; /* on pool->waiters */
+    ucs_list_link_t list; /* in pool->waiters */
+    uct_remapring_ring_stats_t stats;
+} uct_remapring_ring_t;
+
+
+/**
+ * Defaults: 16 slots, 256 bytes of headroom, credit batch of 4 slots.
+ */
+void uct_remapring_ring_params_default(uct_remapring_ring_params_t *params);
+
+
+/**
+ * Create the reader side of a ring: reserve the ring view, back every slot
+ * with a pool block and initialise @a ctl (info, tail = released_head = 0).
+ *
+ * @param [in]  pool    Pool to take blocks from (its B is the ring's B).
+ * @param [in]  params  Geometry.
+ * @param [in]  ctl     Control area, shared with the writer.
+ * @param [out] ring_p  New ring.
+ */
+ucs_status_t
+uct_remapring_ring_create(uct_remapring_pool_t *pool,
+                          const uct_remapring_ring_params_t *params,
+                          uct_remapring_ring_ctl_t *ctl,
+                          uct_remapring_ring_t **ring_p);
+
+
+/**
+ * Destroy a ring. Blocks with held records stay in the pool, detached,
+ * until released; the rest go back to the free list.
+ */
+void uct_remapring_ring_destroy(uct_remapring_ring_t *ring);
+
+
+/**
+ * Next record, if any; reader side. PAD records are consumed on the way.
+ * Call uct_remapring_ring_consume() on the record before polling again.
+ *
+ * @return UCS_OK with @a rx filled, UCS_ERR_NO_PROGRESS if nothing new, or
+ *         UCS_ERR_IO_ERROR if the ring holds a bad record or tail (logged
+ *         once; the ring then stays in error).
+ */
+ucs_status_t uct_remapring_ring_poll(uct_remapring_ring_t *ring,
+                                     uct_remapring_ring_rx_t *rx);
+
+
+/**
+ * Move the head past a polled record; reader side. If @a hold, the record
+ * stays valid (its block is kept) until uct_remapring_ring_release().
+ */
+void uct_remapring_ring_consume(uct_remapring_ring_t *ring,
+                                const uct_remapring_ring_rx_t *rx, int hold);
+
+
+/**
+ * Release a held record; reader side, any order, also after its ring was
+ * destroyed. @a addr is any address inside the record in the CPU view (the
+ * payload pointer, or a descriptor in its headroom). May credit slots of
+ * rings that were waiting for a free block.
+ *
+ * @return UCS_OK, or UCS_ERR_INVALID_PARAM if @a addr is not in a block with
+ *         held records (logged).
+ */
+ucs_status_t
+uct_remapring_ring_release(uct_remapring_pool_t *pool, const void *addr);
+
+
+/**
+ * Publish every credit not yet published, regardless of the batch; reader
+ * side.
+ */
+void uct_remapring_ring_flush_credits(uct_remapring_ring_t *ring);
+
+
+/**
+ * Copy the ring's geometry (also in ctl->info) into @a info.
+ */
+void uct_remapring_ring_get_info(const uct_remapring_ring_t *ring,
+                                 uct_remapring_ring_info_t *info);
+
+
+/**
+ * Copy the reader counters into @a stats.
+ */
+void uct_remapring_ring_get_stats(const uct_remapring_ring_t *ring,
+                                  uct_remapring_ring_stats_t *stats);
+
+
+/* ------------------------------------------------------------------------ */
+/* Writer                                                                   */
+/* ------------------------------------------------------------------------ */
+
+/**
+ * Writer counters.
+ */
+typedef struct uct_remapring_ring_writer_stats {
+    uint64_t nrecords; /* records written */
+    uint64_t npads; /* PAD records written */
+    uint64_t nno_resource; /* sends refused for lack of credit */
+    uint64_t ncredit_reads; /* released_head loads */
+} uct_remapring_ring_writer_stats_t;
+
+
+/**
+ * Writer side of one ring. Plain struct: embed it in an endpoint.
+ */
+typedef struct uct_remapring_ring_writer {
+    uct_remapring_wire_t *wire;
+    uint64_t tail; /* next record offset */
+    uint64_t limit; /* released_head + W */
+    size_t block_size;
+    size_t window_size;
+    uint32_t payload_offset;
+    uint32_t max_payload;
+    uct_remapring_ring_writer_stats_t stats;
+} uct_remapring_ring_writer_t;
+
+
+/**
+ * Initialise a writer for a ring with geometry @a info (read from the
+ * reader's ctl, or exchanged in an address) writing through @a wire.
+ *
+ * @return UCS_ERR_INVALID_PARAM if @a info is not a valid ring geometry or
+ *         does not match the wire.
+ */
+ucs_status_t
+uct_remapring_ring_writer_init(uct_remapring_ring_writer_t *writer,
+                               const uct_remapring_ring_info_t *info,
+                               uct_remapring_wire_t *wire);
+
+
+/**
+ * Write one record from @a iovcnt payload pieces and publish it; writer
+ * side. Not logged on failure (data path).
+ *
+ * @return UCS_OK; UCS_ERR_NO_RESOURCE if the reader has not released enough
+ *         of the ring (retry later); UCS_ERR_EXCEEDS_LIMIT if the payload is
+ *         larger than uct_remapring_ring_writer_max_payload() or has too
+ *         many pieces; a wire error (the record was not published).
+ */
+ucs_status_t uct_remapring_ring_writer_send(uct_remapring_ring_writer_t *writer,
+                                            uint8_t am_id, uint8_t flags,
+                                            const struct iovec *iov,
+                                            size_t iovcnt);
+
+
+/**
+ * Whether a record with @a length payload bytes would fit now, without
+ * reloading the released head; writer side.
+ */
+static inline int
+uct_remapring_ring_writer_has_credit(const uct_remapring_ring_writer_t *writer,
+                                     size_t length)
+{
+    uint64_t size = uct_remapring_ring_record_size(writer->payload_offset,
+                                                   length);
+    uint64_t room = writer->block_size -
+                    (writer->tail & (writer->block_size - 1));
+
+    return writer->tail + ((size > room) ? room : 0) + size <= writer->limit;
+}
+
+
+/**
+ * Largest payload of one record.
+ */
+static inline size_t
+uct_remapring_ring_writer_max_payload(const uct_remapring_ring_writer_t *writer)
+{
+    return writer->max_payload;
+}
+
+END_C_DECLS
+
+#endif

@@ -1,0 +1,263 @@
+/**
+ * Copyright (C) remapring authors. ALL RIGHTS RESERVED.
+ *
+ * See file LICENSE for terms.
+ */
+
+#ifndef _GNU_SOURCE
+#define _GNU_SOURCE
+#endif
+
+#include <uct/ib/remapring/ring_pool.h>
+
+#include <ucs/debug/log_def.h>
+#include <ucs/sys/math.h>
+
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <time.h>
+#include <unistd.h>
+
+
+static uint64_t uct_remapring_pool_now_ns(void)
+{
+    struct timespec ts;
+
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000ull + ts.tv_nsec;
+}
+
+void uct_remapring_pool_params_default(uct_remapring_pool_params_t *params)
+{
+    params->block_size  = 64 * 1024;
+    params->init_blocks = 64;
+    params->grow_blocks = 64;
+    params->max_blocks  = 4096;
+    params->name        = "remapring-pool";
+}
+
+static ucs_status_t
+uct_remapring_pool_grow(uct_remapring_pool_t *pool, unsigned count)
+{
+    unsigned first = pool->nblocks;
+    size_t size    = (size_t)(first + count) << pool->block_shift;
+    void *addr     = uct_remapring_pool_block_addr(pool, first);
+    void *ptr;
+    unsigned i;
+
+    if (ftruncate(pool->fd, size) != 0) {
+        ucs_error("pool %p ftruncate(%zu) failed: %m", pool, size);
+        return UCS_ERR_NO_MEMORY;
+    }
+
+    /* The chunk lands inside the PROT_NONE reservation: the CPU view stays
+     * one contiguous range and earlier blocks never move */
+    ptr = mmap(addr, (size_t)count << pool->block_shift, PROT_READ | PROT_WRITE,
+               MAP_SHARED | MAP_FIXED, pool->fd,
+               (off_t)first << pool->block_shift);
+    if (ptr == MAP_FAILED) {
+        ucs_error("pool %p mmap of blocks %u..%u failed: %m", pool, first,
+                  first + count - 1);
+        return UCS_ERR_NO_MEMORY;
+    }
+
+    /* Push in reverse so the lowest index is taken first: consecutive
+     * blocks tend to back consecutive slots and share one VMA */
+    for (i = count; i > 0; --i) {
+        pool->blocks[first + i - 1].state     = UCT_REMAPRING_POOL_BLOCK_FREE;
+        pool->blocks[first + i - 1].nholds    = 0;
+        pool->blocks[first + i - 1].owner     = NULL;
+        pool->blocks[first + i - 1].next_free = pool->free_head;
+        pool->free_head                       = first + i - 1;
+    }
+
+    pool->nblocks += count;
+    pool->stats.nblocks = pool->nblocks;
+    pool->stats.nfree += count;
+    pool->stats.ngrows++;
+    ucs_debug("pool %p grew to %u blocks of %zu bytes", pool, pool->nblocks,
+              pool->block_size);
+    return UCS_OK;
+}
+
+ucs_status_t
+uct_remapring_pool_create(const uct_remapring_pool_params_t *params,
+                          uct_remapring_pool_t **pool_p)
+{
+    size_t page_size = sysconf(_SC_PAGESIZE);
+    uct_remapring_pool_t *pool;
+    ucs_status_t status;
+    size_t reserve;
+
+    if (!ucs_is_pow2(params->block_size) || (params->block_size < page_size) ||
+        (params->max_blocks == 0) || (params->grow_blocks == 0) ||
+        (params->init_blocks > params->max_blocks) ||
+        (params->max_blocks >= UCT_REMAPRING_POOL_BLOCK_NONE)) {
+        ucs_error("invalid pool parameters: block size %zu init %u grow %u "
+                  "max %u",
+                  params->block_size, params->init_blocks, params->grow_blocks,
+                  params->max_blocks);
+        return UCS_ERR_INVALID_PARAM;
+    }
+
+    pool = calloc(1, sizeof(*pool));
+    if (pool == NULL) {
+        ucs_error("failed to allocate pool");
+        return UCS_ERR_NO_MEMORY;
+    }
+
+    pool->blocks = calloc(params->max_blocks, sizeof(*pool->blocks));
+    if (pool->blocks == NULL) {
+        ucs_error("failed to allocate %u pool block descriptors",
+                  params->max_blocks);
+        status = UCS_ERR_NO_MEMORY;
+        goto err_free_pool;
+    }
+
+    pool->block_size       = params->block_size;
+    pool->block_shift      = ucs_ilog2(params->block_size);
+    pool->max_blocks       = params->max_blocks;
+    pool->grow_blocks      = params->grow_blocks;
+    pool->free_head        = UCT_REMAPRING_POOL_BLOCK_NONE;
+    pool->nblocks          = 0;
+    pool->stats.max_blocks = params->max_blocks;
+    ucs_list_head_init(&pool->waiters);
+
+    pool->fd = memfd_create(params->name ? params->name : "remapring-pool",
+                            MFD_CLOEXEC);
+    if (pool->fd < 0) {
+        ucs_error("memfd_create failed: %m");
+        status = UCS_ERR_IO_ERROR;
+        goto err_free_blocks;
+    }
+
+    reserve        = (size_t)params->max_blocks << pool->block_shift;
+    pool->cpu_base = mmap(NULL, reserve, PROT_NONE,
+                          MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    if (pool->cpu_base == MAP_FAILED) {
+        ucs_error("failed to reserve %zu bytes for the pool: %m", reserve);
+        status = UCS_ERR_NO_MEMORY;
+        goto err_close_fd;
+    }
+
+    if (params->init_blocks > 0) {
+        status = uct_remapring_pool_grow(pool, params->init_blocks);
+        if (status != UCS_OK) {
+            goto err_unmap;
+        }
+    }
+
+    ucs_debug("pool %p fd %d cpu view %p blocks %u/%u of %zu bytes", pool,
+              pool->fd, pool->cpu_base, pool->nblocks, pool->max_blocks,
+              pool->block_size);
+    *pool_p = pool;
+    return UCS_OK;
+
+err_unmap:
+    munmap(pool->cpu_base, reserve);
+err_close_fd:
+    close(pool->fd);
+err_free_blocks:
+    free(pool->blocks);
+err_free_pool:
+    free(pool);
+    return status;
+}
+
+void uct_remapring_pool_destroy(uct_remapring_pool_t *pool)
+{
+    if (pool->stats.nheld_blocks > 0) {
+        ucs_warn("pool %p destroyed with %u blocks still held", pool,
+                 pool->stats.nheld_blocks);
+    }
+
+    munmap(pool->cpu_base, (size_t)pool->max_blocks << pool->block_shift);
+    close(pool->fd);
+    free(pool->blocks);
+    free(pool);
+}
+
+ucs_status_t
+uct_remapring_pool_block_get(uct_remapring_pool_t *pool, uint32_t *block_p)
+{
+    uct_remapring_pool_block_t *block;
+    ucs_status_t status;
+    uint32_t index;
+
+    if (pool->free_head == UCT_REMAPRING_POOL_BLOCK_NONE) {
+        if (pool->nblocks >= pool->max_blocks) {
+            return UCS_ERR_NO_RESOURCE;
+        }
+
+        status = uct_remapring_pool_grow(pool, ucs_min(pool->grow_blocks,
+                                                       pool->max_blocks -
+                                                               pool->nblocks));
+        if (status != UCS_OK) {
+            return status;
+        }
+    }
+
+    index           = pool->free_head;
+    block           = &pool->blocks[index];
+    pool->free_head = block->next_free;
+    block->state    = UCT_REMAPRING_POOL_BLOCK_ATTACHED;
+    block->owner    = NULL;
+    pool->stats.nfree--;
+    *block_p = index;
+    return UCS_OK;
+}
+
+void uct_remapring_pool_block_put(uct_remapring_pool_t *pool, uint32_t index)
+{
+    uct_remapring_pool_block_t *block = &pool->blocks[index];
+
+    block->state     = UCT_REMAPRING_POOL_BLOCK_FREE;
+    block->owner     = NULL;
+    block->next_free = pool->free_head;
+    pool->free_head  = index;
+    pool->stats.nfree++;
+}
+
+ucs_status_t uct_remapring_pool_map(uct_remapring_pool_t *pool, uint32_t block,
+                                    unsigned count, void *addr)
+{
+    size_t length = (size_t)count << pool->block_shift;
+    void *ptr;
+
+    /* MAP_FIXED replaces the old mapping atomically: there is no moment when
+     * the range is unmapped, so a peer writing into another slot of the same
+     * window never faults. The old pages stay in the memfd (and in the CPU
+     * view); only this window stops pointing at them. */
+    ptr = mmap(addr, length, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_FIXED,
+               pool->fd, (off_t)block << pool->block_shift);
+    if (ptr == MAP_FAILED) {
+        ucs_error("pool %p mmap of block %u (x%u) at %p failed: %m", pool,
+                  block, count, addr);
+        return UCS_ERR_NO_MEMORY;
+    }
+
+    return UCS_OK;
+}
+
+ucs_status_t
+uct_remapring_pool_remap(uct_remapring_pool_t *pool, uint32_t block, void *addr)
+{
+    uint64_t start = uct_remapring_pool_now_ns();
+    ucs_status_t status;
+
+    status = uct_remapring_pool_map(pool, block, 1, addr);
+    if (status == UCS_OK) {
+        pool->stats.remap_ns += uct_remapring_pool_now_ns() - start;
+        pool->stats.nremaps++;
+    }
+
+    return status;
+}
+
+void uct_remapring_pool_get_stats(const uct_remapring_pool_t *pool,
+                                  uct_remapring_pool_stats_t *stats)
+{
+    *stats = pool->stats;
+}

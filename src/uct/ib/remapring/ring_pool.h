@@ -1,0 +1,203 @@
+/**
+ * Copyright (C) remapring authors. ALL RIGHTS RESERVED.
+ *
+ * See file LICENSE for terms.
+ */
+
+#ifndef UCT_REMAPRING_RING_POOL_H_
+#define UCT_REMAPRING_RING_POOL_H_
+
+/*
+ * The receive pool: physical memory in one memfd, cut into blocks of
+ * block_size bytes (a power of two, at least a page).
+ *
+ * - The whole pool is mapped once, the CPU view. Virtual space for max_blocks
+ *   is reserved PROT_NONE at create; growing ftruncate()s the memfd and maps
+ *   the new chunk in place, so a block's CPU address never changes and
+ *   block = (addr - cpu_base) / block_size holds for any address in it.
+ * - A block is FREE (on the free list), ATTACHED (backs one slot of one ring
+ *   view) or DETACHED (left its slot while records in it were held; it
+ *   returns to the free list when its last hold is released).
+ * - nholds counts the held records in a block; only the ring engine changes
+ *   it (ring.c). Nothing here is thread safe: all calls on one pool, and on
+ *   the rings made from it, are serialised by the caller (the receiver).
+ */
+
+#include <ucs/datastruct/list.h>
+#include <ucs/sys/compiler_def.h>
+#include <ucs/type/status.h>
+
+#include <stddef.h>
+#include <stdint.h>
+
+BEGIN_C_DECLS
+
+
+#define UCT_REMAPRING_POOL_BLOCK_NONE UINT32_MAX
+
+
+/**
+ * State of a pool block.
+ */
+typedef enum {
+    UCT_REMAPRING_POOL_BLOCK_FREE, /* on the free list */
+    UCT_REMAPRING_POOL_BLOCK_ATTACHED, /* backs a slot of a ring view */
+    UCT_REMAPRING_POOL_BLOCK_DETACHED /* off its slot, held records in it */
+} uct_remapring_pool_block_state_t;
+
+
+/**
+ * Per-block bookkeeping.
+ */
+typedef struct uct_remapring_pool_block {
+    uint32_t nholds; /* held records in this block */
+    uint32_t next_free; /* free list link, while FREE */
+    uint32_t state; /* uct_remapring_pool_block_state_t */
+    uint32_t slot; /* slot it backs, while ATTACHED */
+    void *owner; /* ring it backs, while ATTACHED */
+} uct_remapring_pool_block_t;
+
+
+/**
+ * Pool creation parameters.
+ */
+typedef struct uct_remapring_pool_params {
+    size_t block_size; /* B: power of two, >= page size */
+    unsigned init_blocks; /* blocks made at create */
+    unsigned grow_blocks; /* blocks added per growth step */
+    unsigned max_blocks; /* hard limit on pool size */
+    const char *name; /* memfd name, for /proc/<pid>/maps */
+} uct_remapring_pool_params_t;
+
+
+/**
+ * Pool counters, for tests and benchmarks.
+ */
+typedef struct uct_remapring_pool_stats {
+    unsigned nblocks; /* blocks made so far */
+    unsigned max_blocks; /* limit */
+    unsigned nfree; /* on the free list */
+    unsigned ndetached; /* detached, waiting for their holds */
+    unsigned nheld_blocks; /* blocks with nholds > 0 (attached or not) */
+    uint64_t nholds; /* held records in all blocks */
+    uint64_t nremaps; /* mmap(MAP_FIXED) of one block under a slot */
+    uint64_t remap_ns; /* time spent in those mmap calls */
+    uint64_t ngrows; /* growth steps */
+} uct_remapring_pool_stats_t;
+
+
+/**
+ * Receive pool. Fields are read by the ring engine; change them only
+ * through the functions below and ring.c.
+ */
+typedef struct uct_remapring_pool {
+    int fd; /* memfd holding all blocks */
+    void *cpu_base; /* CPU view, max_blocks long */
+    size_t block_size; /* B */
+    unsigned block_shift; /* log2(B) */
+    unsigned nblocks; /* blocks made so far */
+    unsigned max_blocks;
+    unsigned grow_blocks;
+    uint32_t free_head; /* first free block or NONE */
+    uct_remapring_pool_block_t *blocks; /* [max_blocks] */
+    ucs_list_link_t waiters; /* rings waiting for a block */
+    uct_remapring_pool_stats_t stats;
+} uct_remapring_pool_t;
+
+
+/**
+ * Fill @a params with defaults: 64 KiB blocks, 64 initial, grow by 64, at
+ * most 4096 blocks (256 MiB).
+ */
+void uct_remapring_pool_params_default(uct_remapring_pool_params_t *params);
+
+
+/**
+ * Create a pool: make the memfd, reserve the CPU view for max_blocks and
+ * make init_blocks blocks.
+ *
+ * @param [in]  params  Pool geometry and limits.
+ * @param [out] pool_p  New pool.
+ */
+ucs_status_t
+uct_remapring_pool_create(const uct_remapring_pool_params_t *params,
+                          uct_remapring_pool_t **pool_p);
+
+
+/**
+ * Destroy a pool. Rings made from it must be destroyed first; blocks that
+ * are still held are reported and unmapped anyway.
+ */
+void uct_remapring_pool_destroy(uct_remapring_pool_t *pool);
+
+
+/**
+ * Take a free block, growing the pool by grow_blocks if the free list is
+ * empty and max_blocks allows.
+ *
+ * @return UCS_OK, or UCS_ERR_NO_RESOURCE when the pool is at its limit and
+ *         every block is in use, or UCS_ERR_NO_MEMORY if growing failed.
+ */
+ucs_status_t
+uct_remapring_pool_block_get(uct_remapring_pool_t *pool, uint32_t *block_p);
+
+
+/**
+ * Return a block with no holds to the free list.
+ */
+void uct_remapring_pool_block_put(uct_remapring_pool_t *pool, uint32_t block);
+
+
+/**
+ * Map @a count consecutive blocks starting at @a block at @a addr with
+ * mmap(MAP_FIXED | MAP_SHARED), replacing whatever was mapped there.
+ */
+ucs_status_t uct_remapring_pool_map(uct_remapring_pool_t *pool, uint32_t block,
+                                    unsigned count, void *addr);
+
+
+/**
+ * Map one block under a slot in place of the one there, and count it (and
+ * its cost) as a remap.
+ */
+ucs_status_t uct_remapring_pool_remap(uct_remapring_pool_t *pool,
+                                      uint32_t block, void *addr);
+
+
+/**
+ * Copy the pool counters into @a stats.
+ */
+void uct_remapring_pool_get_stats(const uct_remapring_pool_t *pool,
+                                  uct_remapring_pool_stats_t *stats);
+
+
+/**
+ * CPU-view address of a block.
+ */
+static inline void *
+uct_remapring_pool_block_addr(const uct_remapring_pool_t *pool, uint32_t block)
+{
+    return (char *)pool->cpu_base + ((size_t)block << pool->block_shift);
+}
+
+
+/**
+ * Block that holds the CPU-view address @a addr, or NONE if @a addr is not in
+ * a block made so far.
+ */
+static inline uint32_t
+uct_remapring_pool_block_of(const uct_remapring_pool_t *pool, const void *addr)
+{
+    uintptr_t off = (uintptr_t)addr - (uintptr_t)pool->cpu_base;
+
+    if (((uintptr_t)addr < (uintptr_t)pool->cpu_base) ||
+        ((off >> pool->block_shift) >= pool->nblocks)) {
+        return UCT_REMAPRING_POOL_BLOCK_NONE;
+    }
+
+    return (uint32_t)(off >> pool->block_shift);
+}
+
+END_C_DECLS
+
+#endif

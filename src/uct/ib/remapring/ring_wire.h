@@ -1,0 +1,174 @@
+/**
+ * Copyright (C) remapring authors. ALL RIGHTS RESERVED.
+ *
+ * See file LICENSE for terms.
+ */
+
+#ifndef UCT_REMAPRING_RING_WIRE_H_
+#define UCT_REMAPRING_RING_WIRE_H_
+
+/*
+ * A wire is how a ring writer puts bytes into the reader's ring view and
+ * exchanges the two control words. The ring protocol (ring.h) is the same
+ * for every wire; a wire only knows three things:
+ *
+ * - write: place bytes at ring offsets. Ring offset o lands at byte
+ *   (o & (window_size - 1)) of the reader's ring view. A segment never
+ *   crosses the end of the window (records never cross a slot). When write
+ *   returns, the bytes are in the reader's memory or the write failed.
+ * - publish_tail: make every record below tail visible to the reader. This
+ *   is the only completion signal: it is ordered after the bytes it covers
+ *   (store-release, or an RDMA write after the data on the same QP), never
+ *   implied by the order of bytes inside one write.
+ * - released_head: the reader's last published released head
+ *   (load-acquire); the writer may write up to released_head + window_size.
+ *
+ * A wire is used by one writer thread at a time.
+ */
+
+#include <ucs/sys/compiler_def.h>
+#include <ucs/type/status.h>
+
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+BEGIN_C_DECLS
+
+
+/* Most segments one write may carry: PAD header, record header, payload */
+#define UCT_REMAPRING_WIRE_MAX_SEGS 18
+
+
+typedef struct uct_remapring_wire uct_remapring_wire_t;
+typedef struct uct_remapring_ring_ctl uct_remapring_ring_ctl_t;
+
+
+/**
+ * One piece of a write: @a length bytes from @a buffer to ring offset
+ * @a offset.
+ */
+typedef struct uct_remapring_wire_seg {
+    uint64_t offset; /* ring offset of the destination */
+    const void *buffer; /* local source */
+    size_t length;
+} uct_remapring_wire_seg_t;
+
+
+/**
+ * Wire operations.
+ */
+typedef struct uct_remapring_wire_ops {
+    /** Write segments into the reader's ring view. */
+    ucs_status_t (*write)(uct_remapring_wire_t *wire,
+                          const uct_remapring_wire_seg_t *segs, unsigned nsegs);
+    /** Publish the tail after the bytes below it were written. */
+    void (*publish_tail)(uct_remapring_wire_t *wire, uint64_t tail);
+    /** Read the reader's released head. */
+    uint64_t (*released_head)(uct_remapring_wire_t *wire);
+    /** Free the wire. */
+    void (*destroy)(uct_remapring_wire_t *wire);
+} uct_remapring_wire_ops_t;
+
+
+/**
+ * Wire base; concrete wires embed it first.
+ */
+struct uct_remapring_wire {
+    const uct_remapring_wire_ops_t *ops;
+    size_t window_size; /* W, a power of two */
+};
+
+
+/**
+ * Position in the ring view of ring offset @a offset.
+ */
+static inline size_t
+uct_remapring_wire_view_pos(const uct_remapring_wire_t *wire, uint64_t offset)
+{
+    return (size_t)(offset & (wire->window_size - 1));
+}
+
+
+/**
+ * Write segments; writer side.
+ */
+static inline ucs_status_t
+uct_remapring_wire_write(uct_remapring_wire_t *wire,
+                         const uct_remapring_wire_seg_t *segs, unsigned nsegs)
+{
+    return wire->ops->write(wire, segs, nsegs);
+}
+
+
+/**
+ * Publish the tail; writer side, after uct_remapring_wire_write() returned
+ * UCS_OK for every byte below @a tail.
+ */
+static inline void
+uct_remapring_wire_publish_tail(uct_remapring_wire_t *wire, uint64_t tail)
+{
+    wire->ops->publish_tail(wire, tail);
+}
+
+
+/**
+ * Read the released head; writer side.
+ */
+static inline uint64_t
+uct_remapring_wire_released_head(uct_remapring_wire_t *wire)
+{
+    return wire->ops->released_head(wire);
+}
+
+
+/**
+ * Destroy a wire.
+ */
+static inline void uct_remapring_wire_destroy(uct_remapring_wire_t *wire)
+{
+    wire->ops->destroy(wire);
+}
+
+
+/**
+ * In-process wire: memcpy into a ring view mapped in this process, control
+ * words in @a ctl. For tests and the benchmark; the writer may run in
+ * another thread than the reader.
+ *
+ * @param [in]  view         Reader's ring view.
+ * @param [in]  window_size  Size of the ring view.
+ * @param [in]  ctl          Ring control area.
+ * @param [out] wire_p       New wire.
+ */
+ucs_status_t uct_remapring_wire_local_create(void *view, size_t window_size,
+                                             uct_remapring_ring_ctl_t *ctl,
+                                             uct_remapring_wire_t **wire_p);
+
+
+/**
+ * Cross-memory-attach wire: process_vm_writev() into the ring view of
+ * process @a pid at @a remote_view. The kernel resolves the address through
+ * the reader's page tables at the time of each write, so a block remapped
+ * under a slot is seen by the next write, as an RDMA WRITE to an ODP region.
+ * Control words live in @a ctl, memory shared by both processes.
+ *
+ * Errors of write: UCS_ERR_CONNECTION_RESET if the reader is gone (ESRCH),
+ * UCS_ERR_INVALID_ADDR if the ring view is not mapped there (EFAULT),
+ * UCS_ERR_UNSUPPORTED if the kernel denies access (EPERM), UCS_ERR_IO_ERROR
+ * otherwise.
+ *
+ * @param [in]  pid          Reader process.
+ * @param [in]  remote_view  Reader's ring view, in its address space.
+ * @param [in]  window_size  Size of the ring view.
+ * @param [in]  ctl          Ring control area, mapped in this process.
+ * @param [out] wire_p       New wire.
+ */
+ucs_status_t uct_remapring_wire_cma_create(pid_t pid, uint64_t remote_view,
+                                           size_t window_size,
+                                           uct_remapring_ring_ctl_t *ctl,
+                                           uct_remapring_wire_t **wire_p);
+
+END_C_DECLS
+
+#endif

@@ -1,0 +1,983 @@
+/**
+ * Copyright (C) remapring authors. ALL RIGHTS RESERVED.
+ *
+ * See file LICENSE for terms.
+ *
+ * The ring engine on its own: wraparound, record sizes and PADs, holds and
+ * remaps, pool exhaustion, stale blocks, bad records, credits, two threads
+ * and two processes (cma wire).
+ */
+
+#include <uct/ib/remapring/ring.h>
+#include <uct/ib/remapring/ring_wire.h>
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <deque>
+#include <functional>
+#include <random>
+#include <thread>
+#include <vector>
+
+#include <errno.h>
+#include <sched.h>
+#include <signal.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/uio.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+
+namespace {
+
+/* Payload of message seq: every byte depends on seq and its position */
+void fill_payload(void *buf, size_t length, uint64_t seq)
+{
+    uint8_t *p = (uint8_t *)buf;
+
+    for (size_t i = 0; i < length; ++i) {
+        p[i] = (uint8_t)(seq * 131 + i * 7 + (i >> 8));
+    }
+    if (length >= sizeof(seq)) {
+        memcpy(p, &seq, sizeof(seq));
+    }
+}
+
+bool check_payload(const void *buf, size_t length, uint64_t seq)
+{
+    std::vector<uint8_t> expected(length);
+
+    fill_payload(expected.data(), length, seq);
+    return (length == 0) || (memcmp(buf, expected.data(), length) == 0);
+}
+
+struct held_rec {
+    void *payload;
+    uint32_t length;
+    uint64_t seq;
+};
+
+} // namespace
+
+
+class test_ring : public ::testing::Test {
+protected:
+    struct config {
+        size_t block_size     = 4096;
+        unsigned nslots       = 4;
+        unsigned headroom     = 64;
+        unsigned credit_batch = 1;
+        unsigned init_blocks  = 8;
+        unsigned grow_blocks  = 8;
+        unsigned max_blocks   = 256;
+    };
+
+    void SetUp() override
+    {
+        m_ctl = (uct_remapring_ring_ctl_t *)mmap(NULL, sizeof(*m_ctl),
+                                                 PROT_READ | PROT_WRITE,
+                                                 MAP_SHARED | MAP_ANONYMOUS, -1,
+                                                 0);
+        ASSERT_NE(MAP_FAILED, (void *)m_ctl);
+    }
+
+    void TearDown() override
+    {
+        destroy();
+        munmap(m_ctl, sizeof(*m_ctl));
+    }
+
+    void init(const config &cfg)
+    {
+        uct_remapring_pool_params_t pool_params;
+        uct_remapring_ring_params_t ring_params;
+        uct_remapring_ring_info_t info;
+
+        destroy();
+        m_cfg = cfg;
+        uct_remapring_pool_params_default(&pool_params);
+        pool_params.block_size  = cfg.block_size;
+        pool_params.init_blocks = cfg.init_blocks;
+        pool_params.grow_blocks = cfg.grow_blocks;
+        pool_params.max_blocks  = cfg.max_blocks;
+        ASSERT_EQ(UCS_OK, uct_remapring_pool_create(&pool_params, &m_pool));
+
+        uct_remapring_ring_params_default(&ring_params);
+        ring_params.nslots       = cfg.nslots;
+        ring_params.headroom     = cfg.headroom;
+        ring_params.credit_batch = cfg.credit_batch;
+        ASSERT_EQ(UCS_OK, uct_remapring_ring_create(m_pool, &ring_params, m_ctl,
+                                                    &m_ring));
+
+        ASSERT_EQ(UCS_OK, uct_remapring_wire_local_create(m_ring->view,
+                                                          m_ring->window_size,
+                                                          m_ctl, &m_wire));
+        uct_remapring_ring_get_info(m_ring, &info);
+        ASSERT_EQ(UCS_OK,
+                  uct_remapring_ring_writer_init(&m_writer, &info, m_wire));
+        m_send_seq = m_recv_seq = 0;
+    }
+
+    void destroy()
+    {
+        for (const held_rec &h : m_held) {
+            uct_remapring_ring_release(m_pool, h.payload);
+        }
+        m_held.clear();
+        if (m_wire != NULL) {
+            uct_remapring_wire_destroy(m_wire);
+            m_wire = NULL;
+        }
+        if (m_ring != NULL) {
+            uct_remapring_ring_destroy(m_ring);
+            m_ring = NULL;
+        }
+        if (m_pool != NULL) {
+            uct_remapring_pool_destroy(m_pool);
+            m_pool = NULL;
+        }
+    }
+
+    size_t capacity() const
+    {
+        return uct_remapring_ring_writer_max_payload(&m_writer);
+    }
+
+    ucs_status_t send(size_t length)
+    {
+        std::vector<uint8_t> buf(length);
+        struct iovec iov = {buf.data(), length};
+        ucs_status_t status;
+
+        fill_payload(buf.data(), length, m_send_seq);
+        status = uct_remapring_ring_writer_send(&m_writer, (uint8_t)m_send_seq,
+                                                0, &iov, 1);
+        if (status == UCS_OK) {
+            m_sent_len.push_back((uint32_t)length);
+            ++m_send_seq;
+        }
+        return status;
+    }
+
+    /* Poll one record and check it; returns false if there is none */
+    bool recv(bool hold)
+    {
+        uct_remapring_ring_rx_t rx;
+        ucs_status_t status = uct_remapring_ring_poll(m_ring, &rx);
+
+        if (status == UCS_ERR_NO_PROGRESS) {
+            return false;
+        }
+        EXPECT_EQ(UCS_OK, status);
+        if (status != UCS_OK) {
+            return false;
+        }
+
+        EXPECT_EQ(m_sent_len.front(), rx.length) << "seq " << m_recv_seq;
+        EXPECT_EQ((uint8_t)m_recv_seq, rx.am_id);
+        EXPECT_TRUE(check_payload(rx.payload, rx.length, m_recv_seq))
+                << "seq " << m_recv_seq;
+        EXPECT_EQ(0u, (uintptr_t)rx.payload % UCT_REMAPRING_RING_PAYLOAD_ALIGN);
+        m_sent_len.pop_front();
+
+        if (hold) {
+            /* The headroom in front of the payload is ours to write */
+            memset((char *)rx.payload - m_cfg.headroom, 0xee, m_cfg.headroom);
+            m_held.push_back({rx.payload, rx.length, m_recv_seq});
+        }
+        uct_remapring_ring_consume(m_ring, &rx, hold);
+        ++m_recv_seq;
+        return true;
+    }
+
+    unsigned drain(std::function<bool(uint64_t)> hold_fn = nullptr)
+    {
+        unsigned count = 0;
+
+        while (recv(hold_fn ? hold_fn(m_recv_seq) : false)) {
+            ++count;
+        }
+        return count;
+    }
+
+    void check_held(const held_rec &h)
+    {
+        EXPECT_TRUE(check_payload(h.payload, h.length, h.seq))
+                << "held seq " << h.seq << " was overwritten";
+    }
+
+    void release(size_t index)
+    {
+        check_held(m_held[index]);
+        ASSERT_EQ(UCS_OK,
+                  uct_remapring_ring_release(m_pool, m_held[index].payload));
+        m_held.erase(m_held.begin() + index);
+    }
+
+    void release_all_shuffled()
+    {
+        std::shuffle(m_held.begin(), m_held.end(), m_rng);
+        while (!m_held.empty()) {
+            release(m_held.size() - 1);
+        }
+    }
+
+    uct_remapring_pool_stats_t pool_stats()
+    {
+        uct_remapring_pool_stats_t stats;
+        uct_remapring_pool_get_stats(m_pool, &stats);
+        return stats;
+    }
+
+    uct_remapring_ring_stats_t ring_stats()
+    {
+        uct_remapring_ring_stats_t stats;
+        uct_remapring_ring_get_stats(m_ring, &stats);
+        return stats;
+    }
+
+    /* Write a raw header at the tail and publish the tail past it */
+    void
+    forge(uint64_t stamp, uint32_t length, uint8_t type, uint64_t tail_advance)
+    {
+        uint64_t off = m_writer.tail;
+        uct_remapring_ring_hdr_t hdr;
+
+        memset(&hdr, 0, sizeof(hdr));
+        hdr.offset = stamp;
+        hdr.length = length;
+        hdr.type   = type;
+        memcpy((char *)m_ring->view + (off & (m_ring->window_size - 1)), &hdr,
+               sizeof(hdr));
+        uct_remapring_ring_ctl_store_tail(m_ctl, off + tail_advance);
+    }
+
+    void expect_rejected()
+    {
+        uct_remapring_ring_rx_t rx;
+
+        EXPECT_EQ(UCS_ERR_IO_ERROR, uct_remapring_ring_poll(m_ring, &rx));
+        /* sticky: the bad record is never followed */
+        EXPECT_EQ(UCS_ERR_IO_ERROR, uct_remapring_ring_poll(m_ring, &rx));
+    }
+
+    config m_cfg;
+    uct_remapring_ring_ctl_t *m_ctl = NULL;
+    uct_remapring_pool_t *m_pool    = NULL;
+    uct_remapring_ring_t *m_ring    = NULL;
+    uct_remapring_wire_t *m_wire    = NULL;
+    uct_remapring_ring_writer_t m_writer;
+    uint64_t m_send_seq = 0;
+    uint64_t m_recv_seq = 0;
+    std::deque<uint32_t> m_sent_len;
+    std::vector<held_rec> m_held;
+    std::mt19937_64 m_rng{12345};
+};
+
+
+TEST_F(test_ring, basic)
+{
+    init(config());
+    ASSERT_EQ(UCS_OK, send(100));
+    EXPECT_TRUE(recv(false));
+    EXPECT_FALSE(recv(false));
+    EXPECT_EQ(1u, ring_stats().nrecords);
+}
+
+TEST_F(test_ring, iov_pieces)
+{
+    init(config());
+    std::vector<uint8_t> buf(1000);
+    fill_payload(buf.data(), buf.size(), 0);
+    struct iovec iov[4] = {{buf.data(), 10},
+                           {buf.data() + 10, 0},
+                           {buf.data() + 10, 500},
+                           {buf.data() + 510, 490}};
+
+    ASSERT_EQ(UCS_OK, uct_remapring_ring_writer_send(&m_writer, 0, 0, iov, 4));
+    m_sent_len.push_back(1000);
+    m_send_seq = 1;
+    EXPECT_TRUE(recv(false));
+}
+
+TEST_F(test_ring, exceeds_limit)
+{
+    init(config());
+    EXPECT_EQ(UCS_ERR_EXCEEDS_LIMIT, send(capacity() + 1));
+    EXPECT_EQ(UCS_OK, send(capacity()));
+    EXPECT_TRUE(recv(false));
+}
+
+TEST_F(test_ring, wraparound_laps)
+{
+    config cfg;
+    init(cfg);
+    const size_t sizes[] = {0, 1, 63, 64, 200, 1000, 3000, capacity()};
+    const uint64_t laps  = 500;
+    size_t i             = 0;
+
+    while (m_writer.tail < laps * m_ring->window_size) {
+        if (send(sizes[i % (sizeof(sizes) / sizeof(sizes[0]))]) == UCS_OK) {
+            ++i;
+        } else {
+            ASSERT_GT(drain(), 0u);
+        }
+    }
+    drain();
+    EXPECT_EQ(m_send_seq, m_recv_seq);
+    EXPECT_EQ(0u, ring_stats().nremaps);
+    EXPECT_GE(ring_stats().nreuse, laps * cfg.nslots - cfg.nslots);
+    EXPECT_GT(ring_stats().npads, 0u);
+}
+
+TEST_F(test_ring, every_size_with_pads)
+{
+    init(config());
+
+    for (size_t length = 0; length <= capacity(); ++length) {
+        while (send(length) == UCS_ERR_NO_RESOURCE) {
+            ASSERT_GT(drain(), 0u);
+        }
+        /* read in bursts, so PADs are met both on the first poll and
+         * behind records */
+        if ((length % 5) == 0) {
+            drain();
+        }
+    }
+    drain();
+    EXPECT_EQ(m_send_seq, m_recv_seq);
+    EXPECT_EQ(capacity() + 1, m_recv_seq);
+    EXPECT_GT(ring_stats().npads, 100u);
+    EXPECT_EQ(m_writer.stats.npads, ring_stats().npads);
+}
+
+TEST_F(test_ring, sizes_64k_blocks)
+{
+    config cfg;
+    cfg.block_size = 65536;
+    cfg.headroom   = 200;
+    cfg.nslots     = 4;
+    init(cfg);
+
+    std::vector<size_t> sizes;
+    for (size_t s = 0; s <= 256; ++s) {
+        sizes.push_back(s);
+    }
+    for (size_t s = 257; s < capacity(); s += 251) {
+        sizes.push_back(s);
+    }
+    sizes.push_back(capacity() - 1);
+    sizes.push_back(capacity());
+
+    for (size_t s : sizes) {
+        while (send(s) == UCS_ERR_NO_RESOURCE) {
+            ASSERT_GT(drain(), 0u);
+        }
+    }
+    drain();
+    EXPECT_EQ(sizes.size(), m_recv_seq);
+}
+
+TEST_F(test_ring, hold_every_kth)
+{
+    config cfg;
+    cfg.max_blocks = 64;
+    init(cfg);
+    const unsigned k = 3;
+    std::uniform_int_distribution<size_t> size_dist(0, capacity());
+
+    for (unsigned n = 0; n < 20000; ++n) {
+        while (send(size_dist(m_rng) / (1 + n % 4)) == UCS_ERR_NO_RESOURCE) {
+            drain([](uint64_t seq) { return (seq % k) == 0; });
+            /* release a random half of what is held, out of order */
+            while (m_held.size() > 40) {
+                std::uniform_int_distribution<size_t> pick(0,
+                                                           m_held.size() - 1);
+                release(pick(m_rng));
+            }
+        }
+    }
+    drain([](uint64_t seq) { return (seq % k) == 0; });
+    EXPECT_EQ(m_send_seq, m_recv_seq);
+
+    uct_remapring_pool_stats_t ps = pool_stats();
+    EXPECT_GT(ps.nremaps, 0u);
+    EXPECT_GT(ps.ndetached, 0u);
+    for (const held_rec &h : m_held) {
+        check_held(h);
+    }
+    release_all_shuffled();
+
+    ps = pool_stats();
+    EXPECT_EQ(0u, ps.nholds);
+    EXPECT_EQ(0u, ps.nheld_blocks);
+    EXPECT_EQ(0u, ps.ndetached);
+    EXPECT_EQ(ps.nblocks - cfg.nslots, ps.nfree);
+}
+
+TEST_F(test_ring, hold_across_many_laps)
+{
+    init(config());
+    const uint64_t laps = 200;
+
+    ASSERT_EQ(UCS_OK, send(1000));
+    ASSERT_TRUE(recv(true));
+    ASSERT_EQ(UCS_OK, send(2000));
+    ASSERT_TRUE(recv(true));
+
+    uint64_t start = m_writer.tail;
+    while (m_writer.tail < start + laps * m_ring->window_size) {
+        if (send(777) != UCS_OK) {
+            drain();
+        }
+    }
+    drain();
+
+    EXPECT_EQ(2u, m_held.size());
+    EXPECT_EQ(1u, pool_stats().ndetached);
+    EXPECT_EQ(1u, ring_stats().nremaps);
+    release(1);
+    EXPECT_EQ(1u, pool_stats().ndetached);
+    release(0);
+    EXPECT_EQ(0u, pool_stats().ndetached);
+    EXPECT_EQ(0u, pool_stats().nheld_blocks);
+}
+
+TEST_F(test_ring, release_out_of_order)
+{
+    config cfg;
+    cfg.nslots = 8;
+    init(cfg);
+    unsigned nfree = pool_stats().nfree;
+
+    /* fill several laps, holding all of it */
+    for (unsigned lap = 0; lap < 3; ++lap) {
+        while (send(500) == UCS_OK) {
+        }
+        drain([](uint64_t) { return true; });
+    }
+    EXPECT_GT(pool_stats().ndetached, 8u);
+    release_all_shuffled();
+
+    uct_remapring_pool_stats_t ps = pool_stats();
+    EXPECT_EQ(0u, ps.ndetached);
+    EXPECT_EQ(0u, ps.nholds);
+    EXPECT_EQ(ps.nblocks - cfg.nslots, ps.nfree);
+    EXPECT_GE(ps.nfree, nfree);
+
+    /* and the ring goes on */
+    for (unsigned n = 0; n < 1000; ++n) {
+        if (send(300) != UCS_OK) {
+            drain();
+        }
+    }
+    drain();
+    EXPECT_EQ(m_send_seq, m_recv_seq);
+}
+
+TEST_F(test_ring, pool_grows_to_max)
+{
+    config cfg;
+    cfg.init_blocks = 4;
+    cfg.grow_blocks = 3;
+    cfg.max_blocks  = 13;
+    init(cfg);
+
+    /* hold everything until the pool is spent and the writer stopped */
+    for (unsigned lap = 0; lap < 100; ++lap) {
+        while (send(1000) == UCS_OK) {
+        }
+        if (drain([](uint64_t) { return true; }) == 0) {
+            break;
+        }
+    }
+    uct_remapring_pool_stats_t ps = pool_stats();
+    EXPECT_EQ(13u, ps.nblocks);
+    EXPECT_EQ(0u, ps.nfree);
+    EXPECT_TRUE(m_ring->waiting);
+    EXPECT_EQ(4u, ps.ngrows); /* made 4, then 7, 10, 13 */
+    release_all_shuffled();
+}
+
+TEST_F(test_ring, pool_exhaustion_and_recovery)
+{
+    config cfg;
+    cfg.nslots      = 4;
+    cfg.init_blocks = 6;
+    cfg.grow_blocks = 1;
+    cfg.max_blocks  = 6;
+    init(cfg);
+    auto hold_all = [](uint64_t) { return true; };
+
+    /* hold everything until the writer is stopped for good */
+    unsigned refused = 0;
+    for (unsigned n = 0; (n < 10000) && (refused < 100); ++n) {
+        if (send(900) == UCS_OK) {
+            refused = 0;
+        } else {
+            ++refused;
+            drain(hold_all);
+        }
+    }
+    ASSERT_EQ(100u, refused);
+    drain(hold_all);
+    EXPECT_GT(ring_stats().nwaits, 0u);
+    EXPECT_TRUE(m_ring->waiting);
+    EXPECT_EQ(0u, pool_stats().nfree);
+    EXPECT_EQ(UCS_ERR_NO_RESOURCE, send(900));
+
+    /* nothing held was overwritten while the writer was pushing */
+    for (const held_rec &h : m_held) {
+        check_held(h);
+    }
+
+    /* release in random order; the writer gets going again */
+    std::shuffle(m_held.begin(), m_held.end(), m_rng);
+    for (unsigned iter = 0; (iter < 500) && !m_held.empty(); ++iter) {
+        release(m_held.size() - 1);
+        while (send(900) == UCS_OK) {
+        }
+        drain([](uint64_t seq) { return (seq % 2) == 0; });
+        for (const held_rec &h : m_held) {
+            check_held(h);
+        }
+    }
+    release_all_shuffled();
+    EXPECT_FALSE(m_ring->waiting);
+
+    for (unsigned n = 0; n < 2000; ++n) {
+        while (send(900) != UCS_OK) {
+            drain();
+        }
+    }
+    drain();
+    EXPECT_EQ(m_send_seq, m_recv_seq);
+    EXPECT_EQ(0u, pool_stats().nheld_blocks);
+}
+
+TEST_F(test_ring, waiting_ring_credited_by_own_block)
+{
+    config cfg;
+    cfg.nslots      = 2;
+    cfg.init_blocks = 2;
+    cfg.grow_blocks = 1;
+    cfg.max_blocks  = 2;
+    init(cfg);
+
+    /* one held record in slot 0, pool has no spare block */
+    ASSERT_EQ(UCS_OK, send(capacity()));
+    ASSERT_TRUE(recv(true));
+    EXPECT_TRUE(m_ring->waiting);
+    ASSERT_EQ(UCS_OK, send(capacity()));
+    EXPECT_EQ(UCS_ERR_NO_RESOURCE, send(capacity()));
+    ASSERT_TRUE(recv(false));
+
+    /* releasing it lets slot 0 be reused in place */
+    release(0);
+    EXPECT_FALSE(m_ring->waiting);
+    EXPECT_EQ(0u, ring_stats().nremaps);
+    EXPECT_EQ(UCS_OK, send(capacity()));
+    EXPECT_TRUE(recv(false));
+}
+
+TEST_F(test_ring, recycled_block_stale_records)
+{
+    config cfg;
+    cfg.nslots = 2;
+    init(cfg);
+
+    /* two laps of small records: both blocks full of valid-looking headers */
+    while (m_writer.tail < 2 * m_ring->window_size) {
+        if (send(100) != UCS_OK) {
+            drain();
+        }
+    }
+    drain();
+    EXPECT_EQ(m_send_seq, m_recv_seq);
+    EXPECT_EQ(0u, ring_stats().nremaps);
+
+    /* a few new records; behind them the block still holds the old lap's */
+    for (unsigned i = 0; i < 3; ++i) {
+        ASSERT_EQ(UCS_OK, send(100));
+    }
+    EXPECT_EQ(3u, drain());
+    EXPECT_FALSE(recv(false));
+
+    uct_remapring_ring_hdr_t old;
+    memcpy(&old,
+           (char *)uct_remapring_pool_block_addr(m_pool, m_ring->slots[0]) +
+                   (m_writer.tail & (cfg.block_size - 1)),
+           sizeof(old));
+    EXPECT_EQ(UCT_REMAPRING_RING_REC_DATA, old.type);
+    EXPECT_EQ(m_writer.tail - m_ring->window_size, old.offset);
+
+    /* a tail published past them (a torn or lying write) must not make
+     * them records */
+    uct_remapring_ring_ctl_store_tail(m_ctl, m_writer.tail + 128);
+    expect_rejected();
+}
+
+TEST_F(test_ring, bad_wrong_stamp)
+{
+    init(config());
+    ASSERT_EQ(UCS_OK, send(10));
+    EXPECT_TRUE(recv(false));
+    forge(m_writer.tail + 64, 10, UCT_REMAPRING_RING_REC_DATA, 128);
+    expect_rejected();
+}
+
+TEST_F(test_ring, bad_length_past_slot)
+{
+    init(config());
+    forge(0, (uint32_t)capacity() + 1, UCT_REMAPRING_RING_REC_DATA,
+          m_cfg.block_size);
+    expect_rejected();
+}
+
+TEST_F(test_ring, bad_length_huge)
+{
+    init(config());
+    forge(0, UINT32_MAX, UCT_REMAPRING_RING_REC_DATA, 64);
+    expect_rejected();
+}
+
+TEST_F(test_ring, bad_length_past_tail)
+{
+    init(config());
+    forge(0, 1000, UCT_REMAPRING_RING_REC_DATA, 128);
+    expect_rejected();
+}
+
+TEST_F(test_ring, bad_type)
+{
+    init(config());
+    forge(0, 10, 0x42, 128);
+    expect_rejected();
+}
+
+TEST_F(test_ring, bad_pad_length)
+{
+    init(config());
+    forge(0, 128, UCT_REMAPRING_RING_REC_PAD, 256);
+    expect_rejected();
+}
+
+TEST_F(test_ring, bad_tail_unaligned)
+{
+    init(config());
+    ASSERT_EQ(UCS_OK, send(10));
+    uct_remapring_ring_ctl_store_tail(m_ctl, m_writer.tail + 1);
+    expect_rejected();
+}
+
+TEST_F(test_ring, bad_tail_past_credit)
+{
+    init(config());
+    uct_remapring_ring_ctl_store_tail(m_ctl, m_ring->window_size + 64);
+    expect_rejected();
+}
+
+TEST_F(test_ring, bad_release)
+{
+    init(config());
+    int x;
+    ASSERT_EQ(UCS_OK, send(10));
+    uct_remapring_ring_rx_t rx;
+    ASSERT_EQ(UCS_OK, uct_remapring_ring_poll(m_ring, &rx));
+    uct_remapring_ring_consume(m_ring, &rx, 0);
+    EXPECT_EQ(UCS_ERR_INVALID_PARAM,
+              uct_remapring_ring_release(m_pool, rx.payload));
+    EXPECT_EQ(UCS_ERR_INVALID_PARAM, uct_remapring_ring_release(m_pool, &x));
+}
+
+TEST_F(test_ring, credit_batches)
+{
+    config cfg;
+    cfg.nslots       = 8;
+    cfg.credit_batch = 3;
+    init(cfg);
+    uint64_t B = cfg.block_size;
+
+    /* 5 slots of records, then read them with the writer still ahead */
+    while (m_writer.tail < 6 * B) {
+        ASSERT_EQ(UCS_OK, send(capacity() / 2 - 64));
+    }
+    uint64_t prev = 0;
+    std::vector<uint64_t> published;
+    while (recv(false)) {
+        uint64_t r = uct_remapring_ring_ctl_load_released(m_ctl);
+        if (r != prev) {
+            published.push_back(r);
+            prev = r;
+        }
+    }
+    /* batches of 3 slots while behind, the rest once caught up */
+    ASSERT_GE(published.size(), 2u);
+    EXPECT_EQ(3 * B, published[0]);
+    EXPECT_EQ(m_ring->head & ~(B - 1), published.back());
+    EXPECT_EQ(published.size(), ring_stats().ncredits);
+}
+
+TEST_F(test_ring, destroy_with_holds)
+{
+    init(config());
+    ASSERT_EQ(UCS_OK, send(10));
+    ASSERT_EQ(UCS_OK, send(20));
+    ASSERT_TRUE(recv(true));
+    ASSERT_TRUE(recv(true));
+    unsigned nblocks = pool_stats().nblocks;
+
+    uct_remapring_wire_destroy(m_wire);
+    m_wire = NULL;
+    uct_remapring_ring_destroy(m_ring);
+    m_ring = NULL;
+    EXPECT_EQ(1u, pool_stats().ndetached);
+    EXPECT_EQ(nblocks - 1, pool_stats().nfree);
+    check_held(m_held[0]);
+    release_all_shuffled();
+    EXPECT_EQ(nblocks, pool_stats().nfree);
+}
+
+TEST_F(test_ring, two_threads)
+{
+    config cfg;
+    cfg.nslots       = 8;
+    cfg.credit_batch = 2;
+    cfg.max_blocks   = 64;
+    init(cfg);
+    const auto duration = std::chrono::milliseconds(1500);
+    std::atomic<bool> stop{false};
+    std::atomic<uint64_t> nsent{0};
+    uct_remapring_ring_writer_t *writer = &m_writer;
+    size_t cap                          = capacity();
+
+    std::thread wr([&]() {
+        std::mt19937_64 rng(7);
+        std::vector<uint8_t> buf(cap);
+        uint64_t seq  = 0;
+        size_t length = 0;
+        bool fresh    = true;
+
+        while (!stop.load(std::memory_order_relaxed)) {
+            if (fresh) {
+                length = (rng() % 4 == 0) ? rng() % (cap + 1) : rng() % 512;
+                fill_payload(buf.data(), length, seq);
+                fresh = false;
+            }
+            struct iovec iov = {buf.data(), length};
+            if (uct_remapring_ring_writer_send(writer, (uint8_t)seq, 0, &iov,
+                                               1) == UCS_OK) {
+                ++seq;
+                fresh = true;
+                nsent.store(seq, std::memory_order_relaxed);
+            } else {
+                sched_yield();
+            }
+        }
+    });
+
+    auto start   = std::chrono::steady_clock::now();
+    uint64_t seq = 0, bytes = 0, errors = 0;
+    std::deque<held_rec> held;
+    std::mt19937_64 rng(11);
+    uct_remapring_ring_rx_t rx;
+
+    while (true) {
+        bool done = std::chrono::steady_clock::now() - start > duration;
+        if (done && !stop) {
+            stop = true;
+            wr.join();
+        }
+        ucs_status_t status = uct_remapring_ring_poll(m_ring, &rx);
+        if (status == UCS_ERR_NO_PROGRESS) {
+            if (stop && (seq == nsent.load())) {
+                break;
+            }
+            continue;
+        }
+        ASSERT_EQ(UCS_OK, status);
+        errors += (rx.am_id != (uint8_t)seq) ||
+                  !check_payload(rx.payload, rx.length, seq);
+        bytes += rx.length;
+        bool hold = (seq % 7) == 0;
+        if (hold) {
+            held.push_back({rx.payload, rx.length, seq});
+        }
+        uct_remapring_ring_consume(m_ring, &rx, hold);
+        ++seq;
+        if (held.size() > 32) {
+            size_t i = rng() % held.size();
+            errors += !check_payload(held[i].payload, held[i].length,
+                                     held[i].seq);
+            ASSERT_EQ(UCS_OK,
+                      uct_remapring_ring_release(m_pool, held[i].payload));
+            held.erase(held.begin() + i);
+        }
+    }
+
+    for (const held_rec &h : held) {
+        errors += !check_payload(h.payload, h.length, h.seq);
+        uct_remapring_ring_release(m_pool, h.payload);
+    }
+    EXPECT_EQ(0u, errors);
+    EXPECT_EQ(nsent.load(), seq);
+    printf("[          ] %lu records, %lu MB, %lu remaps, %lu reuses, "
+           "%lu writer refusals\n",
+           seq, bytes >> 20, ring_stats().nremaps, ring_stats().nreuse,
+           m_writer.stats.nno_resource);
+    EXPECT_GT(ring_stats().nremaps, 0u);
+}
+
+
+/* Writer in a child process, writing through the cma wire into the parent's
+ * ring view while the parent holds records and remaps under them */
+TEST_F(test_ring, fork_cma_writer)
+{
+    config cfg;
+    cfg.nslots       = 8;
+    cfg.credit_batch = 2;
+    cfg.max_blocks   = 64;
+    init(cfg);
+    const uint64_t count = 30000;
+    uct_remapring_ring_info_t info;
+    uct_remapring_ring_get_info(m_ring, &info);
+    pid_t parent = getpid();
+
+    pid_t pid = fork();
+    ASSERT_GE(pid, 0);
+    if (pid == 0) {
+        uct_remapring_wire_t *wire;
+        uct_remapring_ring_writer_t writer;
+        std::vector<uint8_t> buf(capacity());
+        uint64_t seq = 0;
+
+        if ((uct_remapring_wire_cma_create(parent, info.view_addr,
+                                           (size_t)info.block_size * info.nslots,
+                                           m_ctl, &wire) != UCS_OK) ||
+            (uct_remapring_ring_writer_init(&writer, &info, wire) != UCS_OK)) {
+            _exit(2);
+        }
+        while (seq < count) {
+            size_t length = (seq * 2654435761u) % (capacity() + 1);
+            if (seq % 3) {
+                length %= 700;
+            }
+            fill_payload(buf.data(), length, seq);
+            struct iovec iov    = {buf.data(), length};
+            ucs_status_t status = uct_remapring_ring_writer_send(&writer,
+                                                                 (uint8_t)seq,
+                                                                 0, &iov, 1);
+            if (status == UCS_OK) {
+                ++seq;
+            } else if (status == UCS_ERR_NO_RESOURCE) {
+                sched_yield();
+            } else if (status == UCS_ERR_UNSUPPORTED) {
+                _exit(77);
+            } else {
+                _exit(3);
+            }
+        }
+        _exit(0);
+    }
+
+    uint64_t seq = 0, errors = 0;
+    std::deque<held_rec> held;
+    std::mt19937_64 rng(3);
+    uct_remapring_ring_rx_t rx;
+    int wstatus = 0;
+    bool exited = false;
+    auto start  = std::chrono::steady_clock::now();
+
+    while (seq < count) {
+        ucs_status_t status = uct_remapring_ring_poll(m_ring, &rx);
+        if (status == UCS_ERR_NO_PROGRESS) {
+            if (!exited && (waitpid(pid, &wstatus, WNOHANG) == pid)) {
+                exited = true;
+            }
+            if (exited &&
+                (uct_remapring_ring_ctl_load_tail(m_ctl) == m_ring->head)) {
+                break;
+            }
+            if (std::chrono::steady_clock::now() - start >
+                std::chrono::seconds(60)) {
+                kill(pid, SIGKILL);
+                FAIL() << "timeout at seq " << seq;
+            }
+            continue;
+        }
+        ASSERT_EQ(UCS_OK, status);
+        errors += (rx.am_id != (uint8_t)seq) ||
+                  !check_payload(rx.payload, rx.length, seq);
+        bool hold = (seq % 5) == 0;
+        if (hold) {
+            held.push_back({rx.payload, rx.length, seq});
+        }
+        uct_remapring_ring_consume(m_ring, &rx, hold);
+        ++seq;
+        if (held.size() > 48) {
+            size_t i = rng() % held.size();
+            errors += !check_payload(held[i].payload, held[i].length,
+                                     held[i].seq);
+            uct_remapring_ring_release(m_pool, held[i].payload);
+            held.erase(held.begin() + i);
+        }
+    }
+    if (!exited) {
+        waitpid(pid, &wstatus, 0);
+    }
+    for (const held_rec &h : held) {
+        errors += !check_payload(h.payload, h.length, h.seq);
+        uct_remapring_ring_release(m_pool, h.payload);
+    }
+
+    ASSERT_TRUE(WIFEXITED(wstatus));
+    if (WEXITSTATUS(wstatus) == 77) {
+        GTEST_SKIP() << "process_vm_writev is not permitted here";
+    }
+    EXPECT_EQ(0, WEXITSTATUS(wstatus));
+    EXPECT_EQ(count, seq);
+    EXPECT_EQ(0u, errors);
+    EXPECT_GT(ring_stats().nremaps, 0u);
+}
+
+
+TEST(test_ring_wire_cma, errors)
+{
+    alignas(64) uct_remapring_ring_ctl_t ctl;
+    uct_remapring_wire_t *wire;
+    char src[64]                 = {0};
+    uct_remapring_wire_seg_t seg = {0, src, sizeof(src)};
+
+    memset(&ctl, 0, sizeof(ctl));
+
+    /* a hole in our own address space: EFAULT */
+    void *hole = mmap(NULL, 65536, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS, -1,
+                      0);
+    ASSERT_NE(MAP_FAILED, hole);
+    ASSERT_EQ(UCS_OK, uct_remapring_wire_cma_create(getpid(), (uintptr_t)hole,
+                                                    65536, &ctl, &wire));
+    ucs_status_t status = uct_remapring_wire_write(wire, &seg, 1);
+    uct_remapring_wire_destroy(wire);
+    munmap(hole, 65536);
+    if (status == UCS_ERR_UNSUPPORTED) {
+        GTEST_SKIP() << "process_vm_writev is not permitted here";
+    }
+    EXPECT_EQ(UCS_ERR_INVALID_ADDR, status);
+
+    /* a reaped child: ESRCH */
+    pid_t pid = fork();
+    ASSERT_GE(pid, 0);
+    if (pid == 0) {
+        _exit(0);
+    }
+    ASSERT_EQ(pid, waitpid(pid, NULL, 0));
+    ASSERT_EQ(UCS_OK, uct_remapring_wire_cma_create(pid, (uintptr_t)src, 65536,
+                                                    &ctl, &wire));
+    EXPECT_EQ(UCS_ERR_CONNECTION_RESET,
+              uct_remapring_wire_write(wire, &seg, 1));
+    uct_remapring_wire_destroy(wire);
+}
