@@ -5,7 +5,8 @@
 # The preloaded module is visible to ucx_info (component, memory domain,
 # settings) and harmless to processes that do not select it: ucx_perftest
 # tag_lat runs with UCX_TLS=posix,self and with the default UCX_TLS, with and
-# without the module, and the module never takes a lane it was not asked for.
+# without the module, and the module never takes a lane it was not asked for
+# nor starts its memory notifier there.
 #
 . "$(dirname "$0")/common.sh"
 
@@ -40,6 +41,11 @@ for tls in posix,self default; do
             > "$tmp/lanes-$tls-$preload"
         grep -q remapring "$out.client" &&
             fail "remapring was selected though not asked for"
+        # registrations of a process that sends through other transports
+        # stay plain bookkeeping: the memory cache and its notifier (which
+        # would slow down munmap) never start
+        grep -q "notifier engine" "$out.client" "$out.server" &&
+            fail "the notifier started in a process not using remapring"
         echo "   $(grep '^Final:' "$out.client")"
         echo "   lanes: $(cat "$tmp/lanes-$tls-$preload")"
     done

@@ -145,6 +145,7 @@ static UCS_CLASS_INIT_FUNC(uct_remapring_ep_t, const uct_ep_params_t *params)
         goto err_unmap;
     }
 
+    uct_remapring_md_set_in_use(iface->super.md);
     ucs_debug("remapring: ep %p to pid %d connection %u", self, self->pid,
               self->index);
     return UCS_OK;

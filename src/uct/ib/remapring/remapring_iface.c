@@ -347,6 +347,7 @@ static void uct_remapring_rx_conn_accept(uct_remapring_iface_t *iface,
 
     rx_conn->pidfd = pidfd;
     ++iface->rx.nconns;
+    uct_remapring_md_set_in_use(iface->super.md);
     ucs_debug("remapring: iface %p accepted pid %d on connection %u, ring"
               " view %p", iface, conn->sender_pid, index,
               rx_conn->ring->view);

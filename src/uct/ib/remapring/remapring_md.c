@@ -29,6 +29,17 @@ static ucs_config_field_t uct_remapring_md_config_table[] = {
      ucs_offsetof(uct_remapring_md_config_t, super),
      UCS_CONFIG_TYPE_TABLE(uct_md_config_table)},
 
+    {"MEMCACHE", "y",
+     "Register memory through the memory cache kept coherent by the kernel's\n"
+     "unmap events (see UCX_REMAPRING_NOTIFIER): a repeated registration of\n"
+     "the same buffer costs no system call, and the memory type comes from\n"
+     "the cache. The cache and its notifier start on the first registration\n"
+     "after the transport carried traffic (an endpoint or a ring exists), so\n"
+     "processes that load the module but use other transports pay nothing.\n"
+     "With 'n' every registration is plain bookkeeping.",
+     ucs_offsetof(uct_remapring_md_config_t, memcache),
+     UCS_CONFIG_TYPE_BOOL},
+
     {NULL}
 };
 /* clang-format on */
@@ -124,6 +135,9 @@ static ucs_status_t uct_remapring_md_query(uct_md_h uct_md,
     md_attr->cap.reg_mem_types    = UCS_BIT(UCS_MEMORY_TYPE_HOST);
     md_attr->cap.alloc_mem_types  = 0;
     md_attr->cap.access_mem_types = UCS_BIT(UCS_MEMORY_TYPE_HOST);
+    /* detect_memory_type() answers from the memory cache, but only host
+     * memory exists here: advertising it would make UCP route every buffer
+     * through this memory domain for nothing */
     md_attr->cap.detect_mem_types = 0;
     md_attr->cap.max_alloc        = 0;
     md_attr->cap.max_reg          = ULONG_MAX;
@@ -135,9 +149,8 @@ static ucs_status_t uct_remapring_md_query(uct_md_h uct_md,
     return UCS_OK;
 }
 
-static ucs_status_t uct_remapring_mem_reg(uct_md_h md, void *address,
-                                          size_t length, unsigned flags,
-                                          uct_mem_h *memh_p)
+static ucs_status_t uct_remapring_memcache_reg(void *arg,
+                                               ucs_memcache_region_t *region)
 {
     uct_remapring_memh_t *memh;
 
@@ -147,19 +160,140 @@ static ucs_status_t uct_remapring_mem_reg(uct_md_h md, void *address,
         return UCS_ERR_NO_MEMORY;
     }
 
+    memh->address = (void*)region->start;
+    memh->length  = region->end - region->start;
+    memh->region  = region;
+    region->memh  = memh;
+    return UCS_OK;
+}
+
+static void uct_remapring_memcache_dereg(void *arg,
+                                         ucs_memcache_region_t *region)
+{
+    ucs_free(region->memh);
+}
+
+void uct_remapring_md_set_in_use(uct_md_h uct_md)
+{
+    uct_remapring_md_t *md = ucs_derived_of(uct_md, uct_remapring_md_t);
+
+    __atomic_store_n(&md->in_use, 1, __ATOMIC_RELAXED);
+}
+
+/* The cache starts the notifier: make it only once this memory domain
+ * carries traffic, never in processes that merely load the module or that
+ * register memory with every memory domain (UCP does) but send through
+ * other transports */
+static ucs_memcache_t *uct_remapring_md_memcache(uct_remapring_md_t *md)
+{
+    ucs_memcache_params_t params = {
+        .name  = "remapring",
+        .reg   = uct_remapring_memcache_reg,
+        .dereg = uct_remapring_memcache_dereg,
+        .arg   = md
+    };
+    ucs_memcache_t *cache, *expected = NULL;
+    ucs_status_t status;
+
+    cache = __atomic_load_n(&md->memcache, __ATOMIC_ACQUIRE);
+    if (ucs_likely(cache != NULL) || !md->use_memcache ||
+        !__atomic_load_n(&md->in_use, __ATOMIC_RELAXED)) {
+        return cache;
+    }
+
+    status = ucs_memcache_create(&params, &cache);
+    if (status != UCS_OK) {
+        ucs_diag("remapring: memory cache unavailable (%s), registering"
+                 " without it", ucs_status_string(status));
+        md->use_memcache = 0;
+        return NULL;
+    }
+
+    if (!__atomic_compare_exchange_n(&md->memcache, &expected, cache, 0,
+                                     __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE)) {
+        /* another thread made one first */
+        ucs_memcache_destroy(cache);
+        cache = expected;
+    }
+
+    return cache;
+}
+
+static ucs_status_t uct_remapring_mem_reg(uct_md_h uct_md, void *address,
+                                          size_t length, unsigned flags,
+                                          uct_mem_h *memh_p)
+{
+    uct_remapring_md_t *md = ucs_derived_of(uct_md, uct_remapring_md_t);
+    ucs_memcache_t *cache  = uct_remapring_md_memcache(md);
+    ucs_memcache_region_t *region;
+    uct_remapring_memh_t *memh;
+    ucs_status_t status;
+
+    if ((cache != NULL) && (length > 0)) {
+        status = ucs_memcache_get(cache, address, length, &region);
+        if (status != UCS_OK) {
+            ucs_error("remapring: cannot register %p length %zu: %s",
+                      address, length, ucs_status_string(status));
+            return status;
+        }
+
+        *memh_p = region->memh;
+        return UCS_OK;
+    }
+
+    memh = ucs_malloc(sizeof(*memh), "uct_remapring_memh_t");
+    if (memh == NULL) {
+        ucs_error("remapring: failed to allocate a memory handle");
+        return UCS_ERR_NO_MEMORY;
+    }
+
     memh->address = address;
     memh->length  = length;
+    memh->region  = NULL;
     *memh_p       = memh;
     return UCS_OK;
 }
 
 static ucs_status_t
-uct_remapring_mem_dereg(uct_md_h md, const uct_md_mem_dereg_params_t *params)
+uct_remapring_mem_dereg(uct_md_h uct_md,
+                        const uct_md_mem_dereg_params_t *params)
 {
+    uct_remapring_md_t *md = ucs_derived_of(uct_md, uct_remapring_md_t);
+    uct_remapring_memh_t *memh;
+
     UCT_MD_MEM_DEREG_CHECK_PARAMS(params, 0);
 
-    ucs_free(params->memh);
+    memh = params->memh;
+    if (memh->region != NULL) {
+        ucs_memcache_put(md->memcache, memh->region);
+    } else {
+        ucs_free(memh);
+    }
+
     return UCS_OK;
+}
+
+static ucs_status_t
+uct_remapring_md_detect_memory_type(uct_md_h uct_md, const void *address,
+                                    size_t length,
+                                    ucs_memory_type_t *mem_type_p)
+{
+    uct_remapring_md_t *md = ucs_derived_of(uct_md, uct_remapring_md_t);
+    ucs_memcache_t *cache  = uct_remapring_md_memcache(md);
+    ucs_memcache_info_t info;
+    ucs_status_t status;
+
+    if (cache != NULL) {
+        return ucs_memcache_mem_type(cache, (void*)address, length,
+                                     mem_type_p);
+    }
+
+    status = ucs_memcache_classify((void*)address, length, &info);
+    if (status == UCS_OK) {
+        *mem_type_p = info.mem_type;
+    }
+
+    return status;
 }
 
 static ucs_status_t
@@ -216,13 +350,21 @@ static ucs_status_t uct_remapring_rkey_release(uct_component_t *component,
 
 static void uct_remapring_md_close(uct_md_h uct_md)
 {
-    ucs_free(ucs_derived_of(uct_md, uct_remapring_md_t));
+    uct_remapring_md_t *md = ucs_derived_of(uct_md, uct_remapring_md_t);
+
+    if (md->memcache != NULL) {
+        ucs_memcache_destroy(md->memcache);
+    }
+
+    ucs_free(md);
 }
 
 static ucs_status_t
 uct_remapring_md_open(uct_component_t *component, const char *md_name,
                       const uct_md_config_t *config, uct_md_h *md_p)
 {
+    const uct_remapring_md_config_t *md_config =
+            ucs_derived_of(config, uct_remapring_md_config_t);
     /* clang-format off */
     static uct_md_ops_t md_ops = {
         .close                  = uct_remapring_md_close,
@@ -239,8 +381,7 @@ uct_remapring_md_open(uct_component_t *component, const char *md_name,
                                   ucs_empty_function_return_unsupported,
         .mkey_pack              = uct_remapring_mkey_pack,
         .is_sockaddr_accessible = ucs_empty_function_return_zero_int,
-        .detect_memory_type     = (uct_md_detect_memory_type_func_t)
-                                  ucs_empty_function_return_unsupported,
+        .detect_memory_type     = uct_remapring_md_detect_memory_type,
     };
     /* clang-format on */
     uct_remapring_md_t *md;
@@ -253,6 +394,9 @@ uct_remapring_md_open(uct_component_t *component, const char *md_name,
 
     md->super.ops       = &md_ops;
     md->super.component = &uct_remapring_component;
+    md->use_memcache    = md_config->memcache;
+    md->in_use          = 0;
+    md->memcache        = NULL;
     *md_p               = &md->super;
     return UCS_OK;
 }

@@ -6,6 +6,7 @@
 #define UCT_REMAPRING_MD_H_
 
 #include <uct/base/uct_md.h>
+#include <ucs/memory/memcache.h>
 
 
 /** Name of the component, the memory domain and the transport. */
@@ -17,6 +18,7 @@
  */
 typedef struct uct_remapring_md_config {
     uct_md_config_t super;
+    int             memcache; /* register through the memory cache */
 } uct_remapring_md_config_t;
 
 
@@ -24,7 +26,10 @@ typedef struct uct_remapring_md_config {
  * Memory domain: one per UCP context that opens the component.
  */
 typedef struct uct_remapring_md {
-    uct_md_t super;
+    uct_md_t       super;
+    int            use_memcache;
+    int            in_use;   /* an endpoint or a ring of ours exists */
+    ucs_memcache_t *memcache; /* made on the first registration in use */
 } uct_remapring_md_t;
 
 
@@ -47,12 +52,22 @@ typedef struct uct_remapring_rkey {
  * Memory handle of a registration.
  */
 typedef struct uct_remapring_memh {
-    void   *address;
-    size_t length;
+    void                  *address;
+    size_t                length;
+    ucs_memcache_region_t *region; /* NULL when not cached */
 } uct_remapring_memh_t;
 
 
 extern uct_component_t uct_remapring_component;
+
+
+/**
+ * Mark the memory domain as carrying traffic: from now on registrations go
+ * through the memory cache (and start its notifier). Until then, as in a
+ * process that loads the module but selects other transports, they are
+ * plain bookkeeping and start nothing.
+ */
+void uct_remapring_md_set_in_use(uct_md_h md);
 
 
 /**
