@@ -74,19 +74,22 @@ static ucs_config_field_t uct_remapring_iface_config_table[] = {
      ucs_offsetof(uct_remapring_iface_config_t, max_short),
      UCS_CONFIG_TYPE_MEMUNITS},
 
-    {"BW", "5000MBs",
-     "Bandwidth reported to the upper layer (measured here with the cma\n"
-     "wire: see README).",
+    {"BW", "6400MBs",
+     "Bandwidth reported to the upper layer. The default is what\n"
+     "'ucx_perftest -t am_bw -D bcopy -s 65000' measured with the cma wire\n"
+     "(README, Performance).",
      ucs_offsetof(uct_remapring_iface_config_t, bandwidth),
      UCS_CONFIG_TYPE_BW},
 
-    {"LATENCY", "1us",
-     "One-way latency reported to the upper layer (measured, see README).",
+    {"LATENCY", "4us",
+     "One-way latency reported to the upper layer. The default is the median\n"
+     "of 'ucx_perftest -t am_lat -D short -s 8' with the cma wire (README).",
      ucs_offsetof(uct_remapring_iface_config_t, latency),
      UCS_CONFIG_TYPE_TIME},
 
-    {"OVERHEAD", "500ns",
-     "Send overhead reported to the upper layer (measured, see README).",
+    {"OVERHEAD", "3.5us",
+     "Send overhead reported to the upper layer. The default is the median\n"
+     "time per message of 'ucx_perftest -t am_bw -D short -s 8' (README).",
      ucs_offsetof(uct_remapring_iface_config_t, overhead),
      UCS_CONFIG_TYPE_TIME},
 
