@@ -787,7 +787,11 @@ TEST_F(test_ring, two_threads)
     uct_remapring_ring_rx_t rx;
 
     while (true) {
-        bool done = std::chrono::steady_clock::now() - start > duration;
+        /* a fixed duration, but enough records even when the threads
+         * share one CPU (valgrind) */
+        auto elapsed = std::chrono::steady_clock::now() - start;
+        bool done    = ((elapsed > duration) && (seq >= 5000)) ||
+                    (elapsed > 20 * duration);
         if (done && !stop) {
             stop = true;
             wr.join();
@@ -797,6 +801,7 @@ TEST_F(test_ring, two_threads)
             if (stop && (seq == nsent.load())) {
                 break;
             }
+            sched_yield();
             continue;
         }
         ASSERT_EQ(UCS_OK, status);
