@@ -829,6 +829,7 @@ void ucs_memcache_put(ucs_memcache_t *cache, ucs_memcache_region_t *region)
 
 int ucs_memcache_region_is_valid(const ucs_memcache_region_t *region)
 {
+    (void)ucs_ummunotify_read_begin();
     return !(__atomic_load_n(&region->flags, __ATOMIC_ACQUIRE) &
              (UCS_MEMCACHE_REGION_INVALID | UCS_MEMCACHE_REGION_UNCACHED));
 }

@@ -516,6 +516,10 @@ unsigned ucs_ummunotify_read(ucs_ummunotify_t *client,
 {
     unsigned count = 0;
 
+    /* an unmap that returned before this call has been read by the
+     * monitor; wait until that batch is applied */
+    (void)ucs_ummunotify_read_begin();
+
     pthread_mutex_lock(&g.lock);
     while ((count < max) && (client->head != client->tail)) {
         events[count++] = client->ring[client->head++ & client->ring_mask];
@@ -808,6 +812,13 @@ void ucs_ummunotify_unregister(ucs_ummunotify_reg_t *reg)
 }
 
 int ucs_ummunotify_reg_is_valid(const ucs_ummunotify_reg_t *reg)
+{
+    /* an unmap that already returned may still be being applied */
+    (void)ucs_ummunotify_read_begin();
+    return __atomic_load_n(&reg->valid, __ATOMIC_ACQUIRE);
+}
+
+int ucs_ummunotify_reg_test(const ucs_ummunotify_reg_t *reg)
 {
     return __atomic_load_n(&reg->valid, __ATOMIC_ACQUIRE);
 }

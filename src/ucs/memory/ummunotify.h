@@ -150,8 +150,8 @@ typedef struct {
 
 /**
  * A unit of work to run on the notifier's worker thread. Embed it in your
- * own structure; it is never allocated by the notifier, so it may be
- * scheduled from a SYNC callback.
+ * own structure, zero it and set 'func'; it is never allocated by the
+ * notifier, so it may be scheduled from a SYNC callback.
  */
 struct ucs_ummunotify_work {
     ucs_ummunotify_work_t *next;   /* private */
@@ -191,8 +191,10 @@ void ucs_ummunotify_close(ucs_ummunotify_t *notifier);
 
 
 /**
- * Watch an address range. The range is widened to whole pages. Every
- * mapping in it must exist and be registrable (anonymous, heap, memfd,
+ * Watch an address range. The range is widened to whole pages. Parts of it
+ * that are not mapped are not watched (Linux 6.x registers the mapped parts
+ * of a range with holes, older kernels refuse it with ENOMEM); the memcache
+ * checks coverage itself. Every mapping in it must be registrable (anonymous, heap, memfd,
  * shmem, hugetlb; a regular file only if the kernel has
  * UFFD_FEATURE_WP_ASYNC).
  *
@@ -223,9 +225,24 @@ void ucs_ummunotify_unregister(ucs_ummunotify_reg_t *reg);
 
 
 /**
- * @return Nonzero if the registration has been invalidated. One load.
+ * @return Zero if the registration has been invalidated, nonzero if it is
+ *         still valid. One load (after waiting while an invalidation is
+ *         being applied, so an unmap that returned is always seen). Must
+ *         not be called from a SYNC callback or with a lock held that a
+ *         SYNC callback takes: see @ref ucs_ummunotify_reg_test.
  */
 int ucs_ummunotify_reg_is_valid(const ucs_ummunotify_reg_t *reg);
+
+
+/**
+ * The validity flag as it is now, without waiting: for use under a lock
+ * that the client's SYNC callback also takes (where waiting for the counter
+ * would deadlock with the monitor, and where the callback ordering makes
+ * the answer exact: the flag is cleared before the callback runs).
+ *
+ * @return Zero if invalidated.
+ */
+int ucs_ummunotify_reg_test(const ucs_ummunotify_reg_t *reg);
 
 
 /**

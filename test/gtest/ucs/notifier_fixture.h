@@ -1,0 +1,79 @@
+/**
+ * Copyright (C) remapring contributors. ALL RIGHTS RESERVED.
+ * See file LICENSE for terms.
+ */
+
+#ifndef TEST_NOTIFIER_FIXTURE_H_
+#define TEST_NOTIFIER_FIXTURE_H_
+
+#include <gtest/gtest.h>
+
+extern "C" {
+#include <ucs/memory/ummunotify_int.h>
+}
+
+#include <fcntl.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdlib>
+#include <string>
+#include <vector>
+
+
+namespace remapring_test {
+
+static inline size_t page_size()
+{
+    return (size_t)sysconf(_SC_PAGESIZE);
+}
+
+/* Whether userfaultfd can be opened here, and why not. */
+static inline bool uffd_available(std::string *why)
+{
+    long fd = syscall(SYS_userfaultfd, O_CLOEXEC | O_NONBLOCK | 1);
+    if (fd < 0) {
+        fd = syscall(SYS_userfaultfd, O_CLOEXEC | O_NONBLOCK);
+    }
+    if (fd < 0) {
+        *why = std::string("userfaultfd(): ") + strerror(errno);
+        return false;
+    }
+    close(fd);
+    return true;
+}
+
+/* Valgrind does not know userfaultfd ioctls; tests that need the uffd
+ * engine skip under it. */
+static inline bool under_valgrind()
+{
+    const char *p = getenv("LD_PRELOAD");
+    return (p != NULL) && (strstr(p, "vgpreload") != NULL);
+}
+
+static inline void *map_anon(size_t len, void *addr = NULL, int flags = 0)
+{
+    void *p = mmap(addr, len, PROT_READ | PROT_WRITE,
+                   MAP_PRIVATE | MAP_ANONYMOUS | flags, -1, 0);
+    return (p == MAP_FAILED) ? NULL : p;
+}
+
+/* Select the engine for the next start (the engine stops when its last
+ * client closes, so every test starts it afresh). */
+static inline void select_engine(ucs_ummunotify_engine_t engine)
+{
+    ucs_ummunotify_config.engine = engine;
+}
+
+static inline double seconds_from_env(const char *name, double dflt)
+{
+    const char *v = getenv(name);
+    return (v != NULL) ? atof(v) : dflt;
+}
+
+} // namespace remapring_test
+
+#endif
