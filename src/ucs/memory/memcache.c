@@ -651,7 +651,10 @@ void ucs_memcache_destroy(ucs_memcache_t *cache)
         ucs_memcache_gc(cache);
     }
 
-    /* drops the SYNC callback and runs deferred work already queued */
+    /* let a gc already queued on the worker finish, then release the
+     * rest here; close() also waits for deferred work */
+    ucs_ummunotify_flush();
+    ucs_memcache_gc(cache);
     ucs_ummunotify_close(cache->notifier);
     ucs_memcache_gc(cache);
 

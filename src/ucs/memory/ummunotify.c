@@ -697,14 +697,21 @@ void ucs_ummunotify_close(ucs_ummunotify_t *client)
 {
     ucs_ummunotify_reg_t *reg;
 
-    for (;;) {
-        pthread_mutex_lock(&g.lock);
-        if (ucs_list_is_empty(&client->regs)) {
-            break;
-        }
+    /* stop watching what is left; the handles stay the owners' to
+     * unregister (which then only frees them) */
+    pthread_mutex_lock(&g.lock);
+    while (!ucs_list_is_empty(&client->regs)) {
         reg = ucs_list_head(&client->regs, ucs_ummunotify_reg_t, list);
-        pthread_mutex_unlock(&g.lock);
-        ucs_ummunotify_unregister(reg);
+        if (reg->in_table) {
+            ucs_ummunotify_table_remove(reg);
+            if (g.state == UCS_UMMUNOTIFY_STATE_RUNNING) {
+                ucs_ummunotify_table_unsubscribe_gaps(reg->start, reg->end);
+            }
+        }
+        __atomic_store_n(&reg->valid, 0, __ATOMIC_RELEASE);
+        ucs_list_del(&reg->list);
+        ucs_list_head_init(&reg->list); /* unregister's del is a no-op */
+        reg->client = NULL;
     }
     ucs_list_del(&client->list);
     --g.nclients;

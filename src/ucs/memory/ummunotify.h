@@ -181,8 +181,10 @@ ucs_status_t ucs_ummunotify_open(const ucs_ummunotify_params_t *params,
 
 
 /**
- * Close a client. Its remaining registrations are released. After it
- * returns no callback of the client runs anymore. The engine stops when the
+ * Close a client. Its remaining registrations stop being watched and become
+ * invalid; their handles must still be released with
+ * @ref ucs_ummunotify_unregister. After it returns no callback of the
+ * client runs anymore and its deferred work has run. The engine stops when the
  * last client closes. Must not be called from a SYNC callback.
  *
  * @param [in] notifier  Client to close.

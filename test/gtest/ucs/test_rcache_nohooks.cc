@@ -1,0 +1,199 @@
+/**
+ * Copyright (C) remapring contributors. ALL RIGHTS RESERVED.
+ * See file LICENSE for terms.
+ *
+ * UCS's own registration cache (ucs_rcache, public API) with UCM's hooks
+ * off (UCX_MEM_MALLOC_HOOKS=n UCX_MEM_MMAP_HOOK_MODE=none) and
+ * UCM_EVENT_VM_UNMAPPED declared external (UCX_REMAPRING_UCM_EXTERNAL=y):
+ * over memory the notifier watches, munmap + new mmap at the same address
+ * never gives a stale hit; over memory it does not watch, it does.
+ *
+ * The settings must be in the environment before UCS and UCM initialize,
+ * so main() re-executes the program with them.
+ */
+
+#include "notifier_fixture.h"
+
+extern "C" {
+#include <ucs/memory/rcache.h>
+#include <ucm/api/ucm.h>
+}
+
+#include <climits>
+
+using namespace remapring_test;
+
+
+typedef struct {
+    ucs_rcache_region_t  super;
+    ucs_ummunotify_reg_t *watch;
+    unsigned             serial;
+} test_region_t;
+
+
+class rcache_nohooks : public ::testing::Test {
+protected:
+    void SetUp() override
+    {
+        std::string why;
+
+        if (!uffd_available(&why)) {
+            GTEST_SKIP() << "no userfaultfd: " << why;
+        }
+        if (under_valgrind()) {
+            GTEST_SKIP() << "valgrind does not support userfaultfd";
+        }
+        ASSERT_TRUE(ucs_ummunotify_ucm_is_external())
+            << "UCX_REMAPRING_UCM_EXTERNAL=y was not applied";
+
+        ucs_ummunotify_params_t nparams = {};
+        nparams.mode      = UCS_UMMUNOTIFY_MODE_QUEUE;
+        nparams.queue_len = 16; /* never read: overflows harmlessly */
+        ASSERT_EQ(UCS_OK, ucs_ummunotify_open(&nparams, &m_notifier));
+        ASSERT_EQ(UCS_UMMUNOTIFY_ENGINE_UFFD, ucs_ummunotify_engine());
+    }
+
+    void TearDown() override
+    {
+        if (m_rcache != NULL) {
+            ucs_rcache_destroy(m_rcache);
+        }
+        if (m_notifier != NULL) {
+            ucs_ummunotify_close(m_notifier);
+        }
+    }
+
+    static ucs_status_t mem_reg(void *context, ucs_rcache_t *rcache,
+                                void *arg, ucs_rcache_region_t *region,
+                                uint16_t flags)
+    {
+        rcache_nohooks *self = (rcache_nohooks*)context;
+        test_region_t *r     = ucs_derived_of(region, test_region_t);
+
+        r->serial = ++self->m_regs;
+        r->watch  = NULL;
+        if (self->m_watch) {
+            return ucs_ummunotify_register(self->m_notifier,
+                                           (void*)region->super.start,
+                                           region->super.end -
+                                           region->super.start,
+                                           (uintptr_t)region, &r->watch);
+        }
+        return UCS_OK;
+    }
+
+    static void mem_dereg(void *context, ucs_rcache_t *rcache,
+                          ucs_rcache_region_t *region)
+    {
+        test_region_t *r = ucs_derived_of(region, test_region_t);
+
+        if (r->watch != NULL) {
+            ucs_ummunotify_unregister(r->watch);
+        }
+    }
+
+    void create_rcache()
+    {
+        static const ucs_rcache_ops_t ops = {mem_reg, mem_dereg, NULL};
+        ucs_rcache_params_t params        = {};
+
+        params.region_struct_size = sizeof(test_region_t);
+        params.alignment          = UCS_PGT_ADDR_ALIGN;
+        params.max_alignment      = page_size();
+        params.ucm_events         = UCM_EVENT_VM_UNMAPPED;
+        params.ucm_event_priority = 1000;
+        params.ops                = &ops;
+        params.context            = this;
+        params.flags              = 0;
+        params.max_regions        = ULONG_MAX;
+        params.max_size           = SIZE_MAX;
+        params.max_unreleased     = SIZE_MAX;
+        ASSERT_EQ(UCS_OK, ucs_rcache_create(&params, "test", NULL,
+                                            &m_rcache))
+            << "ucs_rcache_create must succeed once the event is external";
+    }
+
+    /* munmap + mmap at the same address, 'iters' times; count the gets
+     * that returned a region registered for an earlier mapping */
+    unsigned run(unsigned iters)
+    {
+        size_t len = 16 * page_size();
+        unsigned stale = 0;
+
+        void *addr = map_anon(len);
+        for (unsigned i = 0; i < iters; ++i) {
+            memset(addr, i, len);
+            unsigned before = m_regs;
+            ucs_rcache_region_t *region;
+            EXPECT_EQ(UCS_OK, ucs_rcache_get(m_rcache, addr, len,
+                                             PROT_READ | PROT_WRITE, NULL,
+                                             &region));
+            if (m_regs == before) {
+                ++stale; /* fresh memory, old registration */
+            }
+            ucs_rcache_region_put(m_rcache, region);
+
+            munmap(addr, len);
+            EXPECT_EQ(addr, map_anon(len, addr, MAP_FIXED_NOREPLACE));
+        }
+        munmap(addr, len);
+        return stale;
+    }
+
+    ucs_ummunotify_t *m_notifier = NULL;
+    ucs_rcache_t     *m_rcache   = NULL;
+    unsigned         m_regs      = 0;
+    bool             m_watch     = true;
+};
+
+
+/* With the hooks off, ucs_rcache_create needs the event declared external:
+ * the process runs with UCX_MEM_MMAP_HOOK_MODE=none. */
+TEST_F(rcache_nohooks, environment)
+{
+    EXPECT_STREQ("none", getenv("UCX_MEM_MMAP_HOOK_MODE"));
+    EXPECT_STREQ("n", getenv("UCX_MEM_MALLOC_HOOKS"));
+    create_rcache();
+}
+
+TEST_F(rcache_nohooks, watched_no_stale)
+{
+    const unsigned iters = 2000;
+
+    create_rcache();
+    m_watch        = true;
+    unsigned stale = run(iters);
+    printf("[ rcache   ] watched by the notifier: %u/%u stale hits\n", stale,
+           iters);
+    EXPECT_EQ(0u, stale);
+}
+
+TEST_F(rcache_nohooks, unwatched_goes_stale)
+{
+    const unsigned iters = 2000;
+
+    create_rcache();
+    m_watch        = false;
+    unsigned stale = run(iters);
+    printf("[ rcache   ] not watched (no hooks, no notifier): %u/%u stale "
+           "hits\n", stale, iters);
+    /* nobody tells the rcache: it keeps the first registration */
+    EXPECT_EQ(iters - 1, stale);
+}
+
+
+int main(int argc, char **argv)
+{
+    if (getenv("REMAPRING_RCACHE_NOHOOKS") == NULL) {
+        setenv("UCX_MEM_MALLOC_HOOKS", "n", 1);
+        setenv("UCX_MEM_MMAP_HOOK_MODE", "none", 1);
+        setenv("UCX_REMAPRING_UCM_EXTERNAL", "y", 1);
+        setenv("REMAPRING_RCACHE_NOHOOKS", "1", 1);
+        execv("/proc/self/exe", argv);
+        perror("execv(/proc/self/exe)");
+        return 1;
+    }
+
+    ::testing::InitGoogleTest(&argc, argv);
+    return RUN_ALL_TESTS();
+}
