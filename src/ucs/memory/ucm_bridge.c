@@ -22,11 +22,16 @@
  *    ucs_rcache queues the range for invalidation and the UCS memtype cache
  *    drops it. It is additive: UCM's own hooks keep reporting what they see,
  *    so no cache is less coherent than with UCM alone; a range may simply be
- *    reported twice. It is called by the monitor before the generation
- *    counter becomes even, so a ucs_rcache_get() that starts after munmap()
- *    has returned finds the range queued. The handlers UCS installs do not
- *    unmap memory (a handler that did would deadlock the monitor). The UCM
- *    engine does not report: UCM itself already told everybody.
+ *    reported twice. The monitor reports right after read() and before it
+ *    applies anything else, but read() is what lets munmap() return: a
+ *    ucs_rcache_get() racing right behind the munmap() can still run before
+ *    the report (measured: up to ~3% of immediate munmap+mmap+get cycles
+ *    on a loaded 2-CPU VM). UCS caches do not look at our generation
+ *    counter; a caller that does - ucs_ummunotify_read_begin() before
+ *    ucs_rcache_get(), one load - gets the full guarantee (0 stale). The
+ *    handlers UCS installs do not unmap memory (a handler that did would
+ *    deadlock the monitor). The UCM engine does not report: UCM itself
+ *    already told everybody.
  *
  * 2. External (UCX_REMAPRING_UCM_EXTERNAL=y, default n): at load time,
  *    ucm_set_external_event(UCM_EVENT_VM_UNMAPPED). UCS caches created

@@ -126,10 +126,12 @@ static ucs_config_field_t ucs_ummunotify_config_table[] = {
      ucs_offsetof(ucs_ummunotify_config_t, engine),
      UCS_CONFIG_TYPE_ENUM(ucs_ummunotify_engine_names)},
 
-    {"NOTIFIER_SPIN", "50us",
+    {"NOTIFIER_SPIN", "0",
      "How long the userfaultfd monitor keeps polling without sleeping after\n"
-     "an event. munmap() of watched memory waits for the monitor; a monitor\n"
-     "that is already awake answers it sooner. 0 disables busy-polling.",
+     "an event (e.g. 20us). munmap() of watched memory waits for the monitor;\n"
+     "a monitor that is already awake may answer sooner when a core is idle,\n"
+     "but on a busy machine the spinning monitor takes CPU from the thread\n"
+     "it should answer (measured slower on 2 busy cores). 0 disables it.",
      ucs_offsetof(ucs_ummunotify_config_t, spin), UCS_CONFIG_TYPE_TIME},
 
     {"NOTIFIER_CPU", "-1",

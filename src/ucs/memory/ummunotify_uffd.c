@@ -206,8 +206,8 @@ static int ucs_uffd_handle(void)
 {
     struct uffd_msg msgs[UCS_UFFD_READ_BATCH];
     ucs_ummunotify_range_t report[UCS_UFFD_READ_BATCH];
-    unsigned i, count, nreport = 0;
-    uintptr_t start, end;
+    unsigned i, r, count, nreport = 0;
+    ucs_ummunotify_event_type_t type;
     ssize_t ret;
 
     /* odd before read(): the munmap() caller is released by the read */
@@ -226,45 +226,64 @@ static int ucs_uffd_handle(void)
     }
 
     count = ret / sizeof(msgs[0]);
-    ucs_ummunotify_lock();
+
+    /*
+     * UCS caches do not look at our counter: for them, the window between
+     * read() (which lets munmap() return) and ucm_vm_munmap() is not
+     * closed, only kept short. So report to UCM first, then apply to our
+     * own clients, whose readers the odd counter holds back meanwhile.
+     * UCM handlers run without our lock (they may allocate).
+     */
     for (i = 0; i < count; ++i) {
         switch (msgs[i].event) {
         case UFFD_EVENT_UNMAP:
         case UFFD_EVENT_REMOVE:
-            start = msgs[i].arg.remove.start;
-            end   = msgs[i].arg.remove.end;
-            ucs_ummunotify_apply((msgs[i].event == UFFD_EVENT_UNMAP) ?
-                                 UCS_UMMUNOTIFY_EVENT_UNMAP :
-                                 UCS_UMMUNOTIFY_EVENT_REMOVE, start, end);
+            report[nreport].start = msgs[i].arg.remove.start;
+            report[nreport].end   = msgs[i].arg.remove.end;
+            ++nreport;
             break;
         case UFFD_EVENT_REMAP:
             /* the pages left [from, from + len); 'to' stays registered
              * with no registration of ours (a later unmap there is
              * reported for nobody) */
-            start = msgs[i].arg.remap.from;
-            end   = start + msgs[i].arg.remap.len;
-            ucs_ummunotify_apply(UCS_UMMUNOTIFY_EVENT_REMAP, start, end);
+            report[nreport].start = msgs[i].arg.remap.from;
+            report[nreport].end   = msgs[i].arg.remap.from +
+                                    msgs[i].arg.remap.len;
+            ++nreport;
             break;
         case UFFD_EVENT_PAGEFAULT:
             ucs_uffd_resolve_fault(&msgs[i]);
-            continue;
+            break;
         default:
-            continue;
+            break;
         }
-        report[nreport].start = start;
-        report[nreport].end   = end;
-        ++nreport;
     }
-    ucs_ummunotify_unlock();
 
-    /* UCM handlers run without our lock (they may allocate), but before the
-     * counter is even: a UCS cache lookup after munmap() returned already
-     * sees the range in its invalidation queue. */
     if (ucs_ummunotify_config.ucm_report) {
         for (i = 0; i < nreport; ++i) {
             ucs_ummunotify_ucm_report(report[i].start, report[i].end);
         }
     }
+
+    ucs_ummunotify_lock();
+    for (i = 0, r = 0; i < count; ++i) {
+        switch (msgs[i].event) {
+        case UFFD_EVENT_UNMAP:
+            type = UCS_UMMUNOTIFY_EVENT_UNMAP;
+            break;
+        case UFFD_EVENT_REMOVE:
+            type = UCS_UMMUNOTIFY_EVENT_REMOVE;
+            break;
+        case UFFD_EVENT_REMAP:
+            type = UCS_UMMUNOTIFY_EVENT_REMAP;
+            break;
+        default:
+            continue;
+        }
+        ucs_ummunotify_apply(type, report[r].start, report[r].end);
+        ++r;
+    }
+    ucs_ummunotify_unlock();
 
     ucs_ummunotify_seq_end();
     return count == UCS_UFFD_READ_BATCH;
