@@ -983,8 +983,17 @@ static void run_stress(stress_ctx *ctx, double seconds)
      * the address leaves must not merge with free address space, or a new
      * thread stack could land in it and be mapped over */
     ctx->len   = PG(16);
-    char *base = (char*)mmap(NULL, 4 * ctx->len, PROT_NONE,
-                             MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    /* placed far below the other mappings: the kernel hands out the
+     * highest free gap that fits, so a small mmap() elsewhere in the
+     * process (ASan's, say) never picks our hole; clear of ASan's
+     * shadow, which ends at 0x10007fff7fff */
+    char *base = (char*)mmap((void*)0x500000000000ul, 4 * ctx->len, PROT_NONE,
+                             MAP_PRIVATE | MAP_ANONYMOUS |
+                             MAP_FIXED_NOREPLACE, -1, 0);
+    if (base == MAP_FAILED) {
+        base = (char*)mmap(NULL, 4 * ctx->len, PROT_NONE,
+                           MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    }
     ASSERT_NE(MAP_FAILED, (void*)base);
     ctx->addr = base + ctx->len;
 
