@@ -61,6 +61,23 @@ static inline void *map_anon(size_t len, void *addr = NULL, int flags = 0)
     return (p == MAP_FAILED) ? NULL : p;
 }
 
+/*
+ * Address space for tests that munmap and map again at one address: a
+ * PROT_NONE reservation far below the other mappings (and clear of ASan's
+ * shadow, which ends at 0x10007fff7fff). The kernel hands out the highest
+ * free gap that fits, so the hole an munmap leaves in it is not picked by a
+ * concurrent small mmap() elsewhere in the process.
+ */
+static inline char *reserve_low(size_t len, uintptr_t hint = 0x500000000000ul)
+{
+    void *p = mmap((void*)hint, len, PROT_NONE,
+                   MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED_NOREPLACE, -1, 0);
+    if (p == MAP_FAILED) {
+        p = mmap(NULL, len, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    }
+    return (p == MAP_FAILED) ? NULL : (char*)p;
+}
+
 /* Select the engine for the next start (the engine stops when its last
  * client closes, so every test starts it afresh). */
 static inline void select_engine(ucs_ummunotify_engine_t engine)

@@ -121,7 +121,9 @@ protected:
         size_t len = 16 * page_size();
         unsigned stale = 0;
 
-        void *addr = map_anon(len);
+        char *base = reserve_low(len + 2 * page_size(), 0x500001000000ul);
+        void *addr = base + page_size(); /* guard page on each side */
+        EXPECT_EQ(addr, map_anon(len, addr, MAP_FIXED));
         for (unsigned i = 0; i < iters; ++i) {
             memset(addr, i, len);
             unsigned before = m_regs;
@@ -142,7 +144,7 @@ protected:
             munmap(addr, len);
             EXPECT_EQ(addr, map_anon(len, addr, MAP_FIXED_NOREPLACE));
         }
-        munmap(addr, len);
+        munmap(base, len + 2 * page_size());
         return stale;
     }
 
