@@ -1,0 +1,394 @@
+/**
+ * Copyright (c) remapring contributors. See file LICENSE for terms.
+ *
+ * Point-to-point active messages through UCT's public API: am_short,
+ * am_bcopy and am_zcopy of every size from 0 to the limits the interface
+ * reports (0, 1, 8, 63, 64, 65, 4095, 4096, ..., max), delivered in order,
+ * every byte checked, with UCT_CB_PARAM_FLAG_DESC and a writable rx_headroom
+ * (0 and 64 bytes), for 4 KiB and 64 KiB blocks; zcopy headers and iovs of
+ * every count; sizes above the limits are refused; the capabilities match
+ * the settings.
+ */
+
+#include "common/uct_fixture.h"
+
+#include <cstring>
+#include <deque>
+#include <tuple>
+
+using namespace remapring_test;
+
+namespace {
+
+static const uint8_t AM_ID = 7;
+
+struct rx_message {
+    std::vector<uint8_t> data;
+    unsigned             flags;
+};
+
+class test_uct_am
+    : public uct_fixture,
+      public testing::WithParamInterface<std::tuple<unsigned, const char*>> {
+protected:
+    void SetUp() override
+    {
+        uct_fixture::SetUp();
+        if (IsSkipped()) {
+            return;
+        }
+
+        m_headroom   = std::get<0>(GetParam());
+        config_t cfg = {{"BLOCK_SIZE", std::get<1>(GetParam())}};
+        m_sender     = create_entity(cfg);
+        m_receiver   = create_entity(cfg, m_headroom);
+        ASSERT_NE(nullptr, m_receiver);
+        ASSERT_EQ(UCS_OK, uct_iface_set_am_handler(m_receiver->iface, AM_ID,
+                                                   am_handler, this, 0));
+        m_ep = connect(m_sender, m_receiver);
+        ASSERT_NE(nullptr, m_ep);
+    }
+
+    static ucs_status_t am_handler(void *arg, void *data, size_t length,
+                                   unsigned flags)
+    {
+        test_uct_am *self = (test_uct_am*)arg;
+        rx_message msg;
+
+        msg.data.assign((uint8_t*)data, (uint8_t*)data + length);
+        msg.flags = flags;
+        /* the upper layer owns the headroom in front of the data */
+        memset((char*)data - self->m_headroom, 0xa5, self->m_headroom);
+        self->m_rx.push_back(std::move(msg));
+        return UCS_OK;
+    }
+
+    /* The sizes of the suite that are at most @a max */
+    static std::vector<size_t> sizes(size_t max)
+    {
+        static const size_t all[] = {0,    1,    2,     7,     8,    9,
+                                     63,   64,   65,    127,   128,  255,
+                                     256,  1000, 2047,  2048,  4095, 4096,
+                                     4097, 8191, 16384, 32768, 65000};
+        std::vector<size_t> result;
+
+        for (size_t s : all) {
+            if (s <= max) {
+                result.push_back(s);
+            }
+        }
+        for (size_t s : {max - 1, max}) {
+            if ((s <= max) && (result.back() < s)) {
+                result.push_back(s);
+            }
+        }
+
+        return result;
+    }
+
+    /* Wait for @a count messages */
+    void wait_rx(size_t count)
+    {
+        ASSERT_TRUE(wait_for([&]() { return m_rx.size() >= count; }))
+                << "received " << m_rx.size() << " of " << count;
+        /* nothing more than sent */
+        progress();
+        ASSERT_EQ(count, m_rx.size());
+    }
+
+    void check_rx(const rx_message &msg, size_t length, uint64_t seed,
+                  size_t offset = 0)
+    {
+        EXPECT_TRUE(msg.flags & UCT_CB_PARAM_FLAG_DESC);
+        ASSERT_EQ(length + offset, msg.data.size());
+        ssize_t bad = check_pattern(msg.data.data() + offset, length, seed);
+        EXPECT_EQ(-1, bad) << "length " << length << " differs at byte "
+                           << bad;
+    }
+
+    struct pack_arg {
+        size_t   length;
+        uint64_t seed;
+    };
+
+    static size_t pack(void *dest, void *arg)
+    {
+        pack_arg *pa = (pack_arg*)arg;
+
+        fill_pattern(dest, pa->length, pa->seed);
+        return pa->length;
+    }
+
+    ssize_t send_bcopy(size_t length, uint64_t seed)
+    {
+        pack_arg pa = {length, seed};
+        ssize_t ret;
+
+        retry([&]() {
+            ret = uct_ep_am_bcopy(m_ep, AM_ID, pack, &pa, 0);
+            return (ret < 0) ? (ucs_status_t)ret : UCS_OK;
+        });
+        return ret;
+    }
+
+    ucs_status_t send_zcopy(const std::vector<uint8_t> &header,
+                            const std::vector<uint8_t> &payload,
+                            size_t iovcnt)
+    {
+        std::vector<uct_iov_t> iov(iovcnt);
+        uct_completion_t comp = {};
+        size_t offset         = 0;
+
+        for (size_t i = 0; i < iovcnt; ++i) {
+            size_t piece = (i == iovcnt - 1) ?
+                           payload.size() - offset : payload.size() / iovcnt;
+            iov[i].buffer = (void*)(payload.data() + offset);
+            iov[i].length = piece;
+            iov[i].memh   = UCT_MEM_HANDLE_NULL;
+            iov[i].stride = 0;
+            iov[i].count  = 1;
+            offset       += piece;
+        }
+
+        comp.func   = [](uct_completion_t*) { ADD_FAILURE(); };
+        comp.count  = 1;
+        comp.status = UCS_OK;
+        ucs_status_t status = retry([&]() {
+            return uct_ep_am_zcopy(m_ep, AM_ID, header.data(), header.size(),
+                                   iov.data(), iovcnt, 0, &comp);
+        });
+        /* the bytes are in the receiver's ring when the call returns */
+        EXPECT_NE(UCS_INPROGRESS, status);
+        EXPECT_EQ(1, comp.count);
+        return status;
+    }
+
+    unsigned              m_headroom = 0;
+    entity                *m_sender  = nullptr;
+    entity                *m_receiver = nullptr;
+    uct_ep_h              m_ep       = nullptr;
+    std::deque<rx_message> m_rx;
+};
+
+
+TEST_P(test_uct_am, capabilities)
+{
+    const uct_iface_attr_t &attr = m_sender->attr;
+    uint64_t need = UCT_IFACE_FLAG_AM_SHORT | UCT_IFACE_FLAG_AM_BCOPY |
+                    UCT_IFACE_FLAG_AM_ZCOPY | UCT_IFACE_FLAG_PUT_ZCOPY |
+                    UCT_IFACE_FLAG_GET_ZCOPY | UCT_IFACE_FLAG_PENDING |
+                    UCT_IFACE_FLAG_CB_SYNC |
+                    UCT_IFACE_FLAG_CONNECT_TO_IFACE |
+                    UCT_IFACE_FLAG_ERRHANDLE_PEER_FAILURE |
+                    UCT_IFACE_FLAG_EP_CHECK;
+    size_t block = (std::string(std::get<1>(GetParam())) == "4k") ? 4096 :
+                                                                    65536;
+
+    EXPECT_EQ(need, attr.cap.flags & need);
+    EXPECT_GE(attr.cap.am.max_short, 64u);
+    EXPECT_GT(attr.cap.am.max_bcopy, block - 512);
+    EXPECT_LT(attr.cap.am.max_bcopy, block);
+    EXPECT_GE(attr.cap.am.max_zcopy, attr.cap.am.max_bcopy);
+    EXPECT_GE(attr.cap.am.max_iov, 2u);
+    EXPECT_GE(attr.cap.am.max_hdr, 64u);
+    EXPECT_GT(attr.iface_addr_len, 0u);
+    EXPECT_EQ(0u, attr.ep_addr_len);
+    EXPECT_GT(attr.bandwidth.dedicated + attr.bandwidth.shared, 0);
+    EXPECT_GT(attr.latency.c, 0);
+    EXPECT_TRUE(uct_iface_is_reachable(
+            m_sender->iface, (uct_device_addr_t*)m_receiver->dev_addr.data(),
+            (uct_iface_addr_t*)m_receiver->iface_addr.data()));
+}
+
+TEST_P(test_uct_am, short_sizes)
+{
+    size_t max                 = m_sender->attr.cap.am.max_short;
+    std::vector<size_t> lengths = sizes(max);
+    uint64_t seed              = 0;
+
+    for (size_t length : lengths) {
+        std::vector<uint8_t> payload(length);
+        fill_pattern(payload.data(), length, ++seed);
+        uint64_t header = 0x1122334455667788ull ^ seed;
+        ASSERT_EQ(UCS_OK, retry([&]() {
+                      return uct_ep_am_short(m_ep, AM_ID, header,
+                                             payload.data(), length);
+                  })) << "length " << length;
+    }
+
+    wait_rx(lengths.size());
+    seed = 0;
+    for (size_t length : lengths) {
+        const rx_message &msg = m_rx.front();
+        ++seed;
+        ASSERT_GE(msg.data.size(), sizeof(uint64_t));
+        uint64_t header;
+        memcpy(&header, msg.data.data(), sizeof(header));
+        EXPECT_EQ(0x1122334455667788ull ^ seed, header);
+        check_rx(msg, length, seed, sizeof(uint64_t));
+        m_rx.pop_front();
+    }
+}
+
+TEST_P(test_uct_am, bcopy_sizes)
+{
+    std::vector<size_t> lengths = sizes(m_sender->attr.cap.am.max_bcopy);
+    uint64_t seed               = 100;
+
+    for (size_t length : lengths) {
+        ASSERT_EQ((ssize_t)length, send_bcopy(length, ++seed));
+    }
+
+    wait_rx(lengths.size());
+    seed = 100;
+    for (size_t length : lengths) {
+        check_rx(m_rx.front(), length, ++seed);
+        m_rx.pop_front();
+    }
+}
+
+TEST_P(test_uct_am, zcopy_sizes)
+{
+    const uct_iface_attr_t &attr = m_sender->attr;
+    std::vector<size_t> hdrs     = {0, 1, 8, attr.cap.am.max_hdr};
+    std::vector<std::vector<uint8_t>> expected;
+    uint64_t seed = 1000;
+
+    for (size_t hdr : hdrs) {
+        for (size_t length : sizes(attr.cap.am.max_zcopy - hdr)) {
+            size_t iovcnt = 1 + (seed % attr.cap.am.max_iov);
+            std::vector<uint8_t> header(hdr), payload(length);
+
+            iovcnt = std::max<size_t>(1, std::min(iovcnt, length));
+            fill_pattern(header.data(), hdr, ++seed);
+            fill_pattern(payload.data(), length, ++seed);
+            ASSERT_EQ(UCS_OK, send_zcopy(header, payload, iovcnt))
+                    << "header " << hdr << " length " << length;
+
+            header.insert(header.end(), payload.begin(), payload.end());
+            expected.push_back(header);
+        }
+    }
+
+    wait_rx(expected.size());
+    for (const auto &exp : expected) {
+        EXPECT_TRUE(m_rx.front().flags & UCT_CB_PARAM_FLAG_DESC);
+        ASSERT_EQ(exp.size(), m_rx.front().data.size());
+        EXPECT_TRUE(exp == m_rx.front().data)
+                << "zcopy of " << exp.size() << " bytes differs";
+        m_rx.pop_front();
+    }
+}
+
+TEST_P(test_uct_am, zcopy_every_iovcnt)
+{
+    const uct_iface_attr_t &attr = m_sender->attr;
+    std::vector<uint8_t> header(16), payload(3000);
+    size_t count = 0;
+
+    for (size_t iovcnt = 1; iovcnt <= attr.cap.am.max_iov; ++iovcnt) {
+        fill_pattern(header.data(), header.size(), iovcnt);
+        fill_pattern(payload.data(), payload.size(), iovcnt + 500);
+        ASSERT_EQ(UCS_OK, send_zcopy(header, payload, iovcnt));
+        ++count;
+    }
+
+    wait_rx(count);
+    for (size_t iovcnt = 1; iovcnt <= attr.cap.am.max_iov; ++iovcnt) {
+        const rx_message &msg = m_rx.front();
+        ASSERT_EQ(header.size() + payload.size(), msg.data.size());
+        EXPECT_EQ(-1, check_pattern(msg.data.data(), header.size(), iovcnt));
+        EXPECT_EQ(-1, check_pattern(msg.data.data() + header.size(),
+                                    payload.size(), iovcnt + 500))
+                << "iovcnt " << iovcnt;
+        m_rx.pop_front();
+    }
+}
+
+/* all three kinds interleaved keep their order */
+TEST_P(test_uct_am, mixed_order)
+{
+    const uct_iface_attr_t &attr = m_sender->attr;
+    const size_t count           = 3000;
+    std::vector<std::pair<size_t, uint64_t>> sent;
+    uint64_t rnd = 12345;
+
+    for (size_t i = 0; i < count; ++i) {
+        rnd = rnd * 6364136223846793005ull + 1442695040888963407ull;
+        unsigned kind = (rnd >> 60) % 3;
+        uint64_t seed = i + 1;
+
+        if (kind == 0) {
+            size_t length = (rnd >> 20) % (attr.cap.am.max_short + 1);
+            std::vector<uint8_t> buf(sizeof(uint64_t) + length);
+            fill_pattern(buf.data(), buf.size(), seed);
+            uint64_t header;
+            memcpy(&header, buf.data(), sizeof(header));
+            ASSERT_EQ(UCS_OK, retry([&]() {
+                          return uct_ep_am_short(m_ep, AM_ID, header,
+                                                 buf.data() + 8, length);
+                      }));
+            sent.push_back({buf.size(), seed});
+        } else if (kind == 1) {
+            size_t length = (rnd >> 20) % (attr.cap.am.max_bcopy + 1);
+            ASSERT_EQ((ssize_t)length, send_bcopy(length, seed));
+            sent.push_back({length, seed});
+        } else {
+            size_t length = (rnd >> 20) % (attr.cap.am.max_zcopy + 1);
+            std::vector<uint8_t> buf(length);
+            fill_pattern(buf.data(), length, seed);
+            size_t hdr = std::min<size_t>(length, attr.cap.am.max_hdr / 2);
+            std::vector<uint8_t> header(buf.begin(), buf.begin() + hdr);
+            std::vector<uint8_t> payload(buf.begin() + hdr, buf.end());
+            ASSERT_EQ(UCS_OK,
+                      send_zcopy(header, payload, payload.empty() ? 1 : 2));
+            sent.push_back({length, seed});
+        }
+
+        /* keep the receiver going so that the ring wraps many times */
+        progress();
+    }
+
+    wait_rx(count);
+    for (const auto &s : sent) {
+        check_rx(m_rx.front(), s.first, s.second);
+        m_rx.pop_front();
+    }
+}
+
+TEST_P(test_uct_am, over_limits)
+{
+    const uct_iface_attr_t &attr = m_sender->attr;
+    std::vector<uint8_t> header(attr.cap.am.max_hdr);
+    std::vector<uint8_t> payload(attr.cap.am.max_zcopy + 1);
+    uct_iov_t iov = {payload.data(), payload.size(), UCT_MEM_HANDLE_NULL, 0,
+                     1};
+    scoped_log_capture log;
+
+    /* a zcopy larger than max_zcopy does not fit a record */
+    EXPECT_EQ(UCS_ERR_EXCEEDS_LIMIT,
+              uct_ep_am_zcopy(m_ep, AM_ID, NULL, 0, &iov, 1, 0, NULL));
+    /* header and payload count together */
+    iov.length = attr.cap.am.max_zcopy;
+    EXPECT_EQ(UCS_ERR_EXCEEDS_LIMIT,
+              uct_ep_am_zcopy(m_ep, AM_ID, header.data(), 8, &iov, 1, 0,
+                              NULL));
+
+    /* nothing of that reached the receiver, and the ep still works */
+    EXPECT_EQ(UCS_OK, retry([&]() {
+                  return uct_ep_am_short(m_ep, AM_ID, 42, NULL, 0);
+              }));
+    wait_rx(1);
+    EXPECT_EQ(sizeof(uint64_t), m_rx.front().data.size());
+}
+
+INSTANTIATE_TEST_SUITE_P(
+        headroom_block, test_uct_am,
+        testing::Combine(testing::Values(0u, 64u),
+                         testing::Values("4k", "64k")),
+        [](const testing::TestParamInfo<test_uct_am::ParamType> &info) {
+            return "hr" + std::to_string(std::get<0>(info.param)) + "_" +
+                   std::get<1>(info.param);
+        });
+
+} // namespace

@@ -1,0 +1,392 @@
+/**
+ * Copyright (c) remapring contributors. See file LICENSE for terms.
+ *
+ * Peers that die, never a hang:
+ * - a forked receiver killed with SIGKILL: the sender's next send fails,
+ *   and uct_ep_check() makes the interface error handler
+ *   (UCT_IFACE_PARAM_FIELD_ERR_HANDLER) run, also when the sender is out of
+ *   credit with requests pending, and when the receiver dies before it made
+ *   the ring;
+ * - a forked sender killed with SIGKILL: its receiver (MAX_PEERS=1) frees
+ *   the connection, so a new sender connects; messages it held from the dead
+ *   sender stay intact until released. The same after an ordinary
+ *   uct_ep_destroy().
+ */
+
+#include "common/uct_fixture.h"
+
+#include <cstring>
+
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+using namespace remapring_test;
+
+namespace {
+
+static const uint8_t AM_ID = 4;
+
+class test_uct_failure : public uct_fixture {
+protected:
+    void TearDown() override
+    {
+        for (void *desc : m_held) {
+            uct_iface_release_desc(desc);
+        }
+        m_held.clear();
+        uct_fixture::TearDown();
+        for (pid_t pid : m_children) {
+            kill(pid, SIGKILL);
+            waitpid(pid, NULL, 0);
+        }
+    }
+
+    static ucs_status_t err_handler(void *arg, uct_ep_h ep,
+                                    ucs_status_t status)
+    {
+        test_uct_failure *self = (test_uct_failure*)arg;
+
+        EXPECT_NE(UCS_OK, status);
+        ++self->m_errors;
+        self->m_err_ep = ep;
+        return UCS_OK;
+    }
+
+    static ucs_status_t am_keep(void *arg, void *data, size_t length,
+                                unsigned flags)
+    {
+        test_uct_failure *self = (test_uct_failure*)arg;
+        uint64_t seq;
+
+        memcpy(&seq, data, sizeof(seq));
+        EXPECT_EQ(-1, check_pattern((char*)data + 8, length - 8, seq));
+        ++self->m_received;
+        if (seq % 2) {
+            return UCS_OK;
+        }
+
+        self->m_held.push_back(data);
+        return UCS_INPROGRESS;
+    }
+
+    /*
+     * A receiver process: opens an interface, writes its device and
+     * interface address to the pipe, then progresses until it reads 's'
+     * from @a cmd (then it only sleeps) or is killed.
+     */
+    void fork_receiver(std::vector<char> *addr_p, int *cmd_p)
+    {
+        int addr_fds[2], cmd_fds[2];
+
+        ASSERT_EQ(0, pipe(addr_fds));
+        ASSERT_EQ(0, pipe(cmd_fds));
+        pid_t pid = fork();
+        ASSERT_GE(pid, 0);
+        if (pid == 0) {
+            std::unique_ptr<entity> e;
+            close(addr_fds[0]);
+            close(cmd_fds[1]);
+            fcntl(cmd_fds[0], F_SETFL, O_NONBLOCK);
+            if (entity::open(m_component, m_md_name, {}, 0, nullptr, nullptr,
+                             &e) != UCS_OK) {
+                _exit(2);
+            }
+            uct_iface_set_am_handler(
+                    e->iface, AM_ID,
+                    [](void*, void*, size_t, unsigned) { return UCS_OK; },
+                    NULL, 0);
+            std::vector<char> addr = e->dev_addr;
+            addr.insert(addr.end(), e->iface_addr.begin(),
+                        e->iface_addr.end());
+            if (write(addr_fds[1], addr.data(), addr.size()) !=
+                (ssize_t)addr.size()) {
+                _exit(3);
+            }
+            for (;;) {
+                char c;
+                if ((read(cmd_fds[0], &c, 1) == 1) && (c == 's')) {
+                    for (;;) {
+                        pause();
+                    }
+                }
+                e->progress();
+            }
+        }
+
+        close(addr_fds[1]);
+        close(cmd_fds[0]);
+        m_children.push_back(pid);
+        addr_p->resize(4096);
+        ssize_t len = read(addr_fds[0], addr_p->data(), addr_p->size());
+        close(addr_fds[0]);
+        ASSERT_GT(len, 0);
+        addr_p->resize(len);
+        *cmd_p = cmd_fds[1];
+    }
+
+    void kill_child(pid_t pid)
+    {
+        ASSERT_EQ(0, kill(pid, SIGKILL));
+        ASSERT_EQ(pid, waitpid(pid, NULL, 0));
+        m_children.erase(std::find(m_children.begin(), m_children.end(),
+                                   pid));
+    }
+
+    /* A sender entity with the error handler and an ep to @a addr */
+    uct_ep_h sender_to(const std::vector<char> &addr, entity **sender_p)
+    {
+        entity *sender = create_entity({}, 0, err_handler, this);
+        uct_ep_h ep;
+
+        EXPECT_NE(nullptr, sender);
+        if (sender == nullptr) {
+            return nullptr;
+        }
+        size_t dev_len = sender->attr.device_addr_len;
+        EXPECT_EQ(UCS_OK, sender->ep_create(addr.data(),
+                                            addr.data() + dev_len, &ep));
+        *sender_p = sender;
+        return ep;
+    }
+
+    ucs_status_t send(uct_ep_h ep, uint64_t seq, size_t length = 100)
+    {
+        std::vector<uint8_t> buf(length);
+
+        fill_pattern(buf.data(), length, seq);
+        return uct_ep_am_short(ep, AM_ID, seq, buf.data(), length);
+    }
+
+    std::vector<pid_t> m_children;
+    std::vector<void*> m_held;
+    int                m_errors   = 0;
+    uct_ep_h           m_err_ep   = nullptr;
+    size_t             m_received = 0;
+};
+
+
+TEST_F(test_uct_failure, receiver_killed_send_fails)
+{
+    std::vector<char> addr;
+    entity *sender;
+    int cmd;
+
+    fork_receiver(&addr, &cmd);
+    uct_ep_h ep = sender_to(addr, &sender);
+    ASSERT_NE(nullptr, ep);
+    for (uint64_t seq = 0; seq < 100; ++seq) {
+        ASSERT_EQ(UCS_OK, retry([&]() { return send(ep, seq); }));
+    }
+    EXPECT_EQ(0, m_errors);
+
+    kill_child(m_children.back());
+    scoped_log_capture log;
+    ucs_status_t status = retry([&]() { return send(ep, 100); });
+    EXPECT_NE(UCS_OK, status) << "send to a dead receiver succeeded";
+    EXPECT_NE(UCS_ERR_NO_RESOURCE, status) << "send to a dead receiver hangs";
+    /* the failure is sticky */
+    EXPECT_NE(UCS_OK, send(ep, 101));
+    EXPECT_TRUE(wait_for([&]() {
+        uct_ep_check(ep, 0, NULL);
+        return m_errors > 0;
+    })) << "error handler not called";
+    EXPECT_EQ(ep, m_err_ep);
+    close(cmd);
+}
+
+TEST_F(test_uct_failure, receiver_killed_ep_check)
+{
+    std::vector<char> addr;
+    entity *sender;
+    int cmd;
+
+    fork_receiver(&addr, &cmd);
+    uct_ep_h ep = sender_to(addr, &sender);
+    ASSERT_NE(nullptr, ep);
+    ASSERT_EQ(UCS_OK, retry([&]() { return send(ep, 0); }));
+
+    /* alive: a check reports nothing */
+    EXPECT_EQ(UCS_OK, uct_ep_check(ep, 0, NULL));
+    for (int i = 0; i < 1000; ++i) {
+        progress();
+    }
+    EXPECT_EQ(0, m_errors);
+
+    kill_child(m_children.back());
+    scoped_log_capture log;
+    EXPECT_EQ(UCS_OK, uct_ep_check(ep, 0, NULL));
+    EXPECT_TRUE(wait_for([&]() { return m_errors > 0; }));
+    EXPECT_EQ(ep, m_err_ep);
+    close(cmd);
+}
+
+TEST_F(test_uct_failure, receiver_killed_with_pending)
+{
+    std::vector<char> addr;
+    entity *sender;
+    int cmd;
+
+    fork_receiver(&addr, &cmd);
+    uct_ep_h ep = sender_to(addr, &sender);
+    ASSERT_NE(nullptr, ep);
+    ASSERT_EQ(UCS_OK, retry([&]() { return send(ep, 0); }));
+
+    /* the receiver stops reading: the ring fills */
+    ASSERT_EQ(1, write(cmd, "s", 1));
+    usleep(10000);
+    uint64_t seq = 1;
+    double deadline = now() + DEFAULT_TIMEOUT;
+    while ((send(ep, seq, 1000) == UCS_OK) && (now() < deadline)) {
+        ++seq;
+    }
+    ASSERT_EQ(UCS_ERR_NO_RESOURCE, send(ep, seq, 1000));
+
+    uct_pending_req_t req = {};
+    int calls             = 0;
+    req.func = [](uct_pending_req_t*) { return UCS_ERR_NO_RESOURCE; };
+    ASSERT_EQ(UCS_OK, uct_ep_pending_add(ep, &req, 0));
+
+    kill_child(m_children.back());
+    scoped_log_capture log;
+    EXPECT_EQ(UCS_OK, uct_ep_check(ep, 0, NULL));
+    EXPECT_TRUE(wait_for([&]() { return m_errors > 0; }));
+    uct_ep_pending_purge(
+            ep, [](uct_pending_req_t*, void *arg) { ++*(int*)arg; }, &calls);
+    EXPECT_EQ(1, calls);
+    sender->ep_destroy(ep);
+    close(cmd);
+}
+
+TEST_F(test_uct_failure, receiver_killed_before_accept)
+{
+    std::vector<char> addr;
+    entity *sender;
+    int cmd;
+
+    fork_receiver(&addr, &cmd);
+    /* stop the receiver before it can see our claim */
+    ASSERT_EQ(1, write(cmd, "s", 1));
+    usleep(10000);
+    uct_ep_h ep = sender_to(addr, &sender);
+    ASSERT_NE(nullptr, ep);
+    EXPECT_EQ(UCS_ERR_NO_RESOURCE, send(ep, 0));
+
+    kill_child(m_children.back());
+    scoped_log_capture log;
+    EXPECT_NE(UCS_OK, retry([&]() { return send(ep, 0); }, 0.2));
+    EXPECT_EQ(UCS_OK, uct_ep_check(ep, 0, NULL));
+    EXPECT_TRUE(wait_for([&]() { return m_errors > 0; }));
+    close(cmd);
+}
+
+/* With MAX_PEERS=1 the receiver must free the slot of a dead sender */
+TEST_F(test_uct_failure, sender_killed_reclaimed)
+{
+    const uint64_t count = 50;
+    int addr_fds[2], done_fds[2];
+
+    ASSERT_EQ(0, pipe(addr_fds));
+    ASSERT_EQ(0, pipe(done_fds));
+    pid_t pid = fork();
+    ASSERT_GE(pid, 0);
+    if (pid == 0) {
+        std::vector<char> addr(4096);
+        std::unique_ptr<entity> e;
+        uct_ep_h ep;
+        close(addr_fds[1]);
+        close(done_fds[0]);
+        if ((read(addr_fds[0], addr.data(), addr.size()) <= 0) ||
+            (entity::open(m_component, m_md_name, {}, 0, nullptr, nullptr,
+                          &e) != UCS_OK) ||
+            (e->ep_create(addr.data(), addr.data() + e->attr.device_addr_len,
+                          &ep) != UCS_OK)) {
+            _exit(2);
+        }
+        for (uint64_t seq = 0; seq < count;) {
+            if (send(ep, seq, 500) == UCS_OK) {
+                ++seq;
+            }
+            e->progress();
+        }
+        (void)!write(done_fds[1], "d", 1);
+        for (;;) {
+            pause();
+        }
+    }
+
+    close(addr_fds[0]);
+    close(done_fds[1]);
+    m_children.push_back(pid);
+    entity *receiver = create_entity({{"MAX_PEERS", "1"}});
+    ASSERT_NE(nullptr, receiver);
+    ASSERT_EQ(UCS_OK, uct_iface_set_am_handler(receiver->iface, AM_ID,
+                                               am_keep, this, 0));
+    std::vector<char> addr = receiver->dev_addr;
+    addr.insert(addr.end(), receiver->iface_addr.begin(),
+                receiver->iface_addr.end());
+    ASSERT_EQ((ssize_t)addr.size(),
+              write(addr_fds[1], addr.data(), addr.size()));
+    close(addr_fds[1]);
+    ASSERT_TRUE(wait_for([&]() { return m_received == count; }));
+    char c;
+    ASSERT_EQ(1, read(done_fds[0], &c, 1));
+    close(done_fds[0]);
+
+    kill_child(pid);
+
+    /* a new sender gets the only slot once the receiver noticed */
+    entity *sender = create_entity();
+    ASSERT_NE(nullptr, sender);
+    uct_ep_h ep    = nullptr;
+    {
+        scoped_log_capture log;
+        EXPECT_TRUE(wait_for([&]() {
+            for (int i = 0; i < 1000; ++i) {
+                progress();
+            }
+            return sender->ep_create(receiver->dev_addr.data(),
+                                     receiver->iface_addr.data(),
+                                     &ep) == UCS_OK;
+        })) << "the dead sender's connection was never freed";
+    }
+    ASSERT_NE(nullptr, ep);
+    ASSERT_TRUE(wait_for([&]() { return ep_can_send(ep); }));
+    ASSERT_EQ(UCS_OK, retry([&]() { return send(ep, 1001, 300); }));
+    ASSERT_TRUE(wait_for([&]() { return m_received == count + 1; }));
+
+    /* what we held from the dead sender is intact */
+    EXPECT_EQ(count / 2, m_held.size());
+    for (void *desc : m_held) {
+        uint64_t seq;
+        memcpy(&seq, desc, sizeof(seq));
+        EXPECT_EQ(0u, seq % 2);
+        EXPECT_EQ(-1, check_pattern((char*)desc + 8, 500, seq));
+    }
+}
+
+TEST_F(test_uct_failure, sender_ep_destroyed_reclaimed)
+{
+    entity *receiver = create_entity({{"MAX_PEERS", "1"}});
+    entity *s1       = create_entity();
+    entity *s2       = create_entity();
+
+    ASSERT_NE(nullptr, s2);
+    ASSERT_EQ(UCS_OK, uct_iface_set_am_handler(receiver->iface, AM_ID,
+                                               am_keep, this, 0));
+    for (int round = 0; round < 3; ++round) {
+        entity *s    = (round % 2) ? s2 : s1;
+        uct_ep_h ep  = connect(s, receiver);
+        size_t first = m_received;
+        ASSERT_NE(nullptr, ep);
+        for (uint64_t seq = 0; seq < 20; ++seq) {
+            ASSERT_EQ(UCS_OK, retry([&]() { return send(ep, seq); }));
+        }
+        s->ep_destroy(ep);
+        /* everything published before the close is delivered */
+        ASSERT_TRUE(wait_for([&]() { return m_received == first + 20; }));
+    }
+}
+
+} // namespace

@@ -1,0 +1,237 @@
+/**
+ * Copyright (c) remapring contributors. See file LICENSE for terms.
+ *
+ * Messages kept by the upper layer: the AM handler returns UCS_INPROGRESS,
+ * writes into its rx_headroom like UCP does, and gives the descriptor back
+ * later, out of order, with uct_iface_release_desc(). Over many laps of a
+ * small ring (4 KiB blocks, 4 slots) every held message stays intact until
+ * released, and the ring never stalls while the pool can grow. Also: held
+ * messages outlive their sender's endpoint.
+ */
+
+#include "common/uct_fixture.h"
+
+#include <algorithm>
+#include <cstring>
+#include <random>
+
+using namespace remapring_test;
+
+namespace {
+
+static const uint8_t AM_ID = 3;
+
+struct held_message {
+    void     *data;
+    size_t   length;
+    uint64_t seed;
+};
+
+class test_uct_hold : public uct_fixture,
+                      public testing::WithParamInterface<unsigned> {
+protected:
+    void SetUp() override
+    {
+        uct_fixture::SetUp();
+        if (IsSkipped()) {
+            return;
+        }
+
+        m_headroom = GetParam();
+        config_t cfg = {{"BLOCK_SIZE", "4k"},
+                        {"RING_SLOTS", "4"},
+                        {"CREDIT_BATCH", "1"}};
+        m_sender   = create_entity(cfg);
+        m_receiver = create_entity(cfg, m_headroom);
+        ASSERT_NE(nullptr, m_receiver);
+        ASSERT_EQ(UCS_OK, uct_iface_set_am_handler(m_receiver->iface, AM_ID,
+                                                   am_handler, this, 0));
+        m_ep = connect(m_sender, m_receiver);
+        ASSERT_NE(nullptr, m_ep);
+    }
+
+    void TearDown() override
+    {
+        release_all();
+        uct_fixture::TearDown();
+    }
+
+    /* payload: 8-byte seed, then pattern(seed) */
+    static ucs_status_t am_handler(void *arg, void *data, size_t length,
+                                   unsigned flags)
+    {
+        test_uct_hold *self = (test_uct_hold*)arg;
+        uint64_t seed;
+
+        EXPECT_TRUE(flags & UCT_CB_PARAM_FLAG_DESC);
+        EXPECT_GE(length, sizeof(seed));
+        memcpy(&seed, data, sizeof(seed));
+        EXPECT_EQ(self->m_next_seed, seed) << "out of order";
+        self->m_next_seed = seed + 1;
+        EXPECT_EQ(-1, check_pattern((char*)data + sizeof(seed),
+                                    length - sizeof(seed), seed))
+                << "at delivery";
+        ++self->m_received;
+
+        if (!self->m_keep(seed)) {
+            return UCS_OK;
+        }
+
+        /* the upper layer puts its own descriptor in the headroom */
+        memset((char*)data - self->m_headroom, 0x5c, self->m_headroom);
+        self->m_held.push_back({data, length, seed});
+        return UCS_INPROGRESS;
+    }
+
+    void release(size_t index)
+    {
+        held_message msg = m_held[index];
+
+        m_held.erase(m_held.begin() + index);
+        EXPECT_EQ(-1, check_pattern((char*)msg.data + sizeof(uint64_t),
+                                    msg.length - sizeof(uint64_t), msg.seed))
+                << "held message " << msg.seed << " changed";
+        const uint8_t *headroom = (const uint8_t*)msg.data - m_headroom;
+        for (unsigned i = 0; i < m_headroom; ++i) {
+            ASSERT_EQ(0x5c, headroom[i]) << "headroom byte " << i;
+        }
+        uct_iface_release_desc((char*)msg.data - m_headroom);
+    }
+
+    void release_all()
+    {
+        while (!m_held.empty()) {
+            release(m_held.size() - 1);
+        }
+    }
+
+    struct pack_arg {
+        size_t   length;
+        uint64_t seed;
+    };
+
+    static size_t pack(void *dest, void *arg)
+    {
+        pack_arg *pa = (pack_arg*)arg;
+
+        memcpy(dest, &pa->seed, sizeof(pa->seed));
+        fill_pattern((char*)dest + sizeof(pa->seed), pa->length, pa->seed);
+        return pa->length + sizeof(pa->seed);
+    }
+
+    ucs_status_t send(uint64_t seed, size_t length)
+    {
+        pack_arg pa = {length, seed};
+        ssize_t ret = uct_ep_am_bcopy(m_ep, AM_ID, pack, &pa, 0);
+
+        return (ret < 0) ? (ucs_status_t)ret : UCS_OK;
+    }
+
+    unsigned                     m_headroom  = 0;
+    entity                       *m_sender   = nullptr;
+    entity                       *m_receiver = nullptr;
+    uct_ep_h                     m_ep        = nullptr;
+    uint64_t                     m_next_seed = 1;
+    size_t                       m_received  = 0;
+    std::vector<held_message>    m_held;
+    std::function<bool(uint64_t)> m_keep = [](uint64_t) { return false; };
+};
+
+
+/* Hold a random half, release in random order while the ring laps */
+TEST_P(test_uct_hold, random_release_many_laps)
+{
+    const size_t count    = 20000;
+    const size_t max_held = 48;
+    size_t max_len        = m_sender->attr.cap.am.max_bcopy - sizeof(uint64_t);
+    std::mt19937_64 rng(GetParam() + 7);
+    size_t bytes          = 0;
+
+    m_keep = [&rng](uint64_t) { return (rng() % 2) == 0; };
+    for (uint64_t seed = 1; seed <= count; ++seed) {
+        /* mostly small, sometimes up to a whole block */
+        size_t length = ((rng() % 8) == 0) ? rng() % (max_len + 1) :
+                                             rng() % 300;
+        ASSERT_EQ(UCS_OK, retry([&]() {
+                      ucs_status_t status = send(seed, length);
+                      if (status == UCS_ERR_NO_RESOURCE) {
+                          /* back-pressure: give something back */
+                          if (!m_held.empty()) {
+                              release(rng() % m_held.size());
+                          }
+                      }
+                      return status;
+                  }));
+        bytes += length;
+        progress();
+        while (m_held.size() > max_held) {
+            release(rng() % m_held.size());
+        }
+    }
+
+    ASSERT_TRUE(wait_for([&]() { return m_received == count; }));
+    release_all();
+    /* 4 slots of 4 KiB: the ring went round many times */
+    EXPECT_GT(bytes / (4 * 4096), 100u);
+    printf("[ INFO     ] %zu messages, %zu bytes, %.0f laps\n", count, bytes,
+           bytes / (4.0 * 4096));
+}
+
+/* Hold everything for a while: the pool grows, nothing is overwritten */
+TEST_P(test_uct_hold, hold_all_then_release_reversed)
+{
+    const size_t count = 600;
+
+    m_keep = [](uint64_t) { return true; };
+    for (uint64_t seed = 1; seed <= count; ++seed) {
+        ASSERT_EQ(UCS_OK,
+                  retry([&]() { return send(seed, (seed * 37) % 1500); }));
+    }
+
+    ASSERT_TRUE(wait_for([&]() { return m_received == count; }));
+    ASSERT_EQ(count, m_held.size());
+    /* newest first: blocks free in the opposite order they were taken */
+    release_all();
+
+    /* and the ring still works afterwards */
+    m_keep = [](uint64_t) { return false; };
+    for (uint64_t seed = count + 1; seed <= count + 200; ++seed) {
+        ASSERT_EQ(UCS_OK, retry([&]() { return send(seed, 1000); }));
+    }
+    ASSERT_TRUE(wait_for([&]() { return m_received == count + 200; }));
+}
+
+/* Held descriptors stay valid after the sender's endpoint is gone and the
+ * receiver freed the connection */
+TEST_P(test_uct_hold, release_after_ep_destroy)
+{
+    m_keep = [](uint64_t seed) { return (seed % 3) != 0; };
+    for (uint64_t seed = 1; seed <= 100; ++seed) {
+        ASSERT_EQ(UCS_OK, retry([&]() { return send(seed, 2000); }));
+    }
+    ASSERT_TRUE(wait_for([&]() { return m_received == 100; }));
+
+    m_sender->ep_destroy(m_ep);
+    m_ep = nullptr;
+    for (int i = 0; i < 1000; ++i) {
+        progress();
+    }
+
+    std::mt19937 rng(5);
+    std::shuffle(m_held.begin(), m_held.end(), rng);
+    release_all();
+
+    /* a new endpoint gets a new ring */
+    m_next_seed = 1;
+    m_ep        = connect(m_sender, m_receiver);
+    ASSERT_NE(nullptr, m_ep);
+    ASSERT_EQ(UCS_OK, retry([&]() { return send(1, 100); }));
+    ASSERT_TRUE(wait_for([&]() { return m_received == 101; }));
+}
+
+INSTANTIATE_TEST_SUITE_P(headroom, test_uct_hold, testing::Values(0u, 64u),
+                         [](const testing::TestParamInfo<unsigned> &info) {
+                             return "hr" + std::to_string(info.param);
+                         });
+
+} // namespace
