@@ -10,7 +10,9 @@
  * - a forked sender killed with SIGKILL: its receiver (MAX_PEERS=1) frees
  *   the connection, so a new sender connects; messages it held from the dead
  *   sender stay intact until released. The same after an ordinary
- *   uct_ep_destroy().
+ *   uct_ep_destroy();
+ * - without pidfd_open (Linux before 5.3, seccomp, valgrind) the receiver
+ *   still accepts senders and notices when they exit.
  */
 
 #include "common/uct_fixture.h"
@@ -18,7 +20,12 @@
 #include <cstring>
 
 #include <fcntl.h>
+#include <linux/filter.h>
+#include <linux/seccomp.h>
 #include <signal.h>
+#include <stddef.h>
+#include <sys/prctl.h>
+#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -387,6 +394,76 @@ TEST_F(test_uct_failure, sender_ep_destroyed_reclaimed)
         /* everything published before the close is delivered */
         ASSERT_TRUE(wait_for([&]() { return m_received == first + 20; }));
     }
+}
+
+/* pidfd_open fails with ENOSYS: the receiver used to refuse every sender
+ * ("sender is gone"), and could not reap without it */
+TEST_F(test_uct_failure, no_pidfd_open)
+{
+    pid_t pid = fork();
+
+    ASSERT_GE(pid, 0);
+    if (pid == 0) {
+        struct sock_filter filter[] = {
+            BPF_STMT(BPF_LD | BPF_W | BPF_ABS,
+                     offsetof(struct seccomp_data, nr)),
+            BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, SYS_pidfd_open, 0, 1),
+            BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ERRNO | ENOSYS),
+            BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW),
+        };
+        struct sock_fprog prog = {sizeof(filter) / sizeof(filter[0]),
+                                  filter};
+        if ((prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0) ||
+            (prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, &prog) != 0)) {
+            _exit(77);
+        }
+        if ((syscall(SYS_pidfd_open, getpid(), 0) >= 0) ||
+            (errno != ENOSYS)) {
+            _exit(78);
+        }
+
+        /* in the child: m_entities is ours alone after the fork */
+        entity *receiver = create_entity({{"MAX_PEERS", "1"}});
+        entity *sender   = create_entity();
+        if ((receiver == nullptr) || (sender == nullptr) ||
+            (uct_iface_set_am_handler(receiver->iface, AM_ID, am_keep, this,
+                                      0) != UCS_OK)) {
+            _exit(2);
+        }
+        for (int round = 0; round < 2; ++round) {
+            uct_ep_h ep;
+            /* the slot frees once the receiver saw the previous close */
+            scoped_log_capture log;
+            if (!wait_for([&]() {
+                    return sender->ep_create(receiver->dev_addr.data(),
+                                             receiver->iface_addr.data(),
+                                             &ep) == UCS_OK;
+                })) {
+                _exit(3);
+            }
+            for (uint64_t seq = 1; seq <= 10; ++seq) {
+                if (retry([&]() { return send(ep, seq); }) != UCS_OK) {
+                    _exit(4);
+                }
+            }
+            if (!wait_for([&]() {
+                    return m_received == (size_t)(round + 1) * 10;
+                })) {
+                _exit(5);
+            }
+            sender->ep_destroy(ep);
+        }
+        _exit(HasFailure() ? 6 : 0);
+    }
+
+    int wstatus = 0;
+    ASSERT_EQ(pid, waitpid(pid, &wstatus, 0));
+    ASSERT_TRUE(WIFEXITED(wstatus)) << "status " << wstatus;
+    if (WEXITSTATUS(wstatus) == 77) {
+        GTEST_SKIP() << "cannot install a seccomp filter";
+    }
+    EXPECT_EQ(0, WEXITSTATUS(wstatus))
+            << "without pidfd_open the receiver refused its sender";
 }
 
 } // namespace

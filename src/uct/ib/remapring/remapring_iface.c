@@ -23,6 +23,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <poll.h>
+#include <signal.h>
 #include <sys/mman.h>
 #include <sys/syscall.h>
 #include <unistd.h>
@@ -330,8 +331,12 @@ static void uct_remapring_rx_conn_accept(uct_remapring_iface_t *iface,
     ucs_status_t status;
     int pidfd;
 
+    /* pidfd_open is Linux 5.3; without it (older kernels, seccomp
+     * filters, valgrind) the reaper falls back to the pid alone */
     pidfd = syscall(SYS_pidfd_open, conn->sender_pid, 0);
-    if (pidfd < 0) {
+    if ((pidfd < 0) &&
+        ((errno == ESRCH) ||
+         ((kill(conn->sender_pid, 0) < 0) && (errno == ESRCH)))) {
         uct_remapring_rx_conn_fail(iface, index, "sender is gone");
         return;
     }
@@ -456,21 +461,38 @@ static unsigned uct_remapring_rx_conn_poll(uct_remapring_iface_t *iface,
     return count;
 }
 
+/* Whether the sender of connection @a index exited */
+static int uct_remapring_rx_sender_exited(uct_remapring_iface_t *iface,
+                                          unsigned index)
+{
+    uct_remapring_rx_conn_t *rx_conn = &iface->rx.rx_conns[index];
+    struct pollfd pfd;
+
+    if (rx_conn->pidfd >= 0) {
+        pfd.fd      = rx_conn->pidfd;
+        pfd.events  = POLLIN;
+        pfd.revents = 0;
+        return (poll(&pfd, 1, 0) == 1) && (pfd.revents & POLLIN);
+    }
+
+    /* no pidfd: a reused pid keeps the connection until that process
+     * exits too */
+    return (kill(iface->rx.conns[index].sender_pid, 0) < 0) &&
+           (errno == ESRCH);
+}
+
 /* Free the connections of senders that exited without closing */
 static void uct_remapring_rx_reap(uct_remapring_iface_t *iface)
 {
-    struct pollfd pfd;
     unsigned index;
 
     for (index = 0; index < iface->rx.max_peers; ++index) {
-        if (iface->rx.rx_conns[index].pidfd < 0) {
+        if ((iface->rx.rx_conns[index].pidfd < 0) &&
+            (iface->rx.rx_conns[index].ring == NULL)) {
             continue;
         }
 
-        pfd.fd      = iface->rx.rx_conns[index].pidfd;
-        pfd.events  = POLLIN;
-        pfd.revents = 0;
-        if ((poll(&pfd, 1, 0) == 1) && (pfd.revents & POLLIN)) {
+        if (uct_remapring_rx_sender_exited(iface, index)) {
             ucs_debug("remapring: iface %p sender pid %d on connection %u"
                       " exited", iface, iface->rx.conns[index].sender_pid,
                       index);
