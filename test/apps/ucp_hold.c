@@ -1,0 +1,764 @@
+/*
+ * Copyright (c) remapring contributors. See file LICENSE for terms.
+ *
+ * ucp_hold: two processes (fork, addresses exchanged over a socketpair)
+ * send N messages whose sizes are log-uniform from 0 B to a maximum (1 MiB),
+ * over UCP active messages and tag messages. The receiver keeps a random
+ * fraction of the active-message data descriptors (its callback returns
+ * UCS_INPROGRESS) for a random time before ucp_am_data_release(), and
+ * defers a fraction of the rendezvous receives the same way. Every byte is
+ * checked when it arrives, and again when a held message is released: the
+ * content is a function of the seed, the message index and the offset.
+ * Prints counts; exits non-zero on any mismatch, loss or duplicate.
+ *
+ * usage: ucp_hold [-n count] [-s seed] [-M max_size] [-m min_size]
+ *                 [-p hold_percent] [-t hold_max_usec] [-H max_held]
+ *                 [-T am|tag|both] [-D]
+ *   -D  fail if an eager active message arrives without a data descriptor
+ *       (the transport delivered it without UCT_CB_PARAM_FLAG_DESC)
+ */
+#define _GNU_SOURCE
+#include <ucp/api/ucp.h>
+
+#include <errno.h>
+#include <inttypes.h>
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#define AM_ID       7
+#define SEND_WINDOW 16
+
+typedef struct {
+    uint64_t index;
+    uint64_t length;
+} msg_hdr_t;
+
+typedef enum {
+    HELD_DATA,   /* eager data descriptor, released with ucp_am_data_release */
+    HELD_RNDV    /* rendezvous descriptor, received later with recv_data_nbx */
+} held_kind_t;
+
+typedef struct {
+    held_kind_t kind;
+    void        *data;
+    uint64_t    index;
+    size_t      length;
+    double      deadline;
+} held_t;
+
+typedef struct {
+    uint64_t index;
+    size_t   length;
+    void     *buffer;
+    int      done;
+} rx_req_t;
+
+static struct {
+    uint64_t count;
+    uint64_t seed;
+    size_t   max_size;
+    size_t   min_size;
+    double   hold_frac;
+    double   hold_usec;
+    size_t   max_held;
+    int      use_am;
+    int      use_tag;
+    int      expect_desc;
+} opt = {100000, 1, 1 << 20, 0, 0.25, 2000, 1024, 1, 1, 0};
+
+static struct {
+    ucp_worker_h worker;
+    uint8_t      *seen;
+    held_t       *held;
+    size_t       nheld, cap_held;
+    uint64_t     rng;
+    uint64_t     errors;
+    uint64_t     am_msgs, tag_msgs, am_expected, tag_expected;
+    uint64_t     bytes, held_msgs, held_bytes, held_rndv, rndv_msgs;
+    uint64_t     no_desc, max_nheld, rndv_inflight;
+} rx;
+
+static uint64_t splitmix64(uint64_t x)
+{
+    x += 0x9e3779b97f4a7c15ull;
+    x  = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
+    x  = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
+    return x ^ (x >> 31);
+}
+
+static double now_usec(void)
+{
+    struct timespec ts;
+
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec * 1e6 + ts.tv_nsec / 1e3;
+}
+
+/* size of message i: log-uniform in [min_size, max_size], 0 included */
+static size_t msg_size(uint64_t i)
+{
+    double u   = (splitmix64(splitmix64(opt.seed ^ 0x512e) ^ i) >> 11) *
+                 0x1.0p-53;
+    double top = log2((double)(opt.max_size - opt.min_size) + 2.0);
+    size_t s   = (size_t)floor(exp2(u * top)) - 1;
+
+    return opt.min_size + (s > opt.max_size - opt.min_size ?
+                           opt.max_size - opt.min_size : s);
+}
+
+/* 1 if message i goes over the tag API, 0 for active messages */
+static int msg_is_tag(uint64_t i)
+{
+    if (!opt.use_am) {
+        return 1;
+    } else if (!opt.use_tag) {
+        return 0;
+    }
+    return (splitmix64(splitmix64(opt.seed ^ 0x7a67) ^ i) & 3) == 0;
+}
+
+/* the content of message i: word w is a hash of (seed, i) and w */
+static uint64_t pattern_base(uint64_t i)
+{
+    return splitmix64(splitmix64(opt.seed) ^ i);
+}
+
+static uint64_t pattern_word(uint64_t base, uint64_t w)
+{
+    return splitmix64(base + (w << 32) + w);
+}
+
+static void fill(void *buf, uint64_t i, size_t len)
+{
+    uint64_t base = pattern_base(i);
+    size_t   w;
+    uint64_t v;
+
+    for (w = 0; w < len / 8; ++w) {
+        v = pattern_word(base, w);
+        memcpy((char*)buf + w * 8, &v, 8);
+    }
+    if (len % 8) {
+        v = pattern_word(base, w);
+        memcpy((char*)buf + w * 8, &v, len % 8);
+    }
+}
+
+/* returns 0 if buf holds the content of message i */
+static int check(const void *buf, uint64_t i, size_t len, const char *when)
+{
+    uint64_t base = pattern_base(i);
+    size_t   w, off;
+    uint64_t v, got;
+
+    for (w = 0; w * 8 < len; ++w) {
+        v = pattern_word(base, w);
+        if (len - w * 8 >= 8) {
+            memcpy(&got, (const char*)buf + w * 8, 8);
+            if (got == v) {
+                continue;
+            }
+        } else if (!memcmp((const char*)buf + w * 8, &v, len - w * 8)) {
+            continue;
+        }
+        for (off = w * 8; off < len && off < w * 8 + 8; ++off) {
+            if (((const uint8_t*)buf)[off] != ((uint8_t*)&v)[off - w * 8]) {
+                break;
+            }
+        }
+        fprintf(stderr, "mismatch %s: message %" PRIu64 " length %zu "
+                "offset %zu\n", when, i, len, off);
+        ++rx.errors;
+        return -1;
+    }
+    return 0;
+}
+
+static void mark_seen(uint64_t i, size_t len, int is_tag)
+{
+    if (i >= opt.count) {
+        fprintf(stderr, "bad message index %" PRIu64 "\n", i);
+        ++rx.errors;
+        return;
+    }
+    if (rx.seen[i]) {
+        fprintf(stderr, "duplicate message %" PRIu64 "\n", i);
+        ++rx.errors;
+    }
+    rx.seen[i] = 1;
+    if (len != msg_size(i)) {
+        fprintf(stderr, "message %" PRIu64 ": length %zu, expected %zu\n",
+                i, len, msg_size(i));
+        ++rx.errors;
+    }
+    if (msg_is_tag(i) != is_tag) {
+        fprintf(stderr, "message %" PRIu64 " came over the wrong API\n", i);
+        ++rx.errors;
+    }
+    rx.bytes += len;
+}
+
+static uint64_t rx_rand(void)
+{
+    return rx.rng = splitmix64(rx.rng);
+}
+
+static int want_hold(void)
+{
+    return (rx.nheld < opt.max_held) &&
+           ((rx_rand() >> 11) * 0x1.0p-53 < opt.hold_frac);
+}
+
+static void hold(held_kind_t kind, void *data, uint64_t i, size_t len)
+{
+    held_t *h;
+
+    if (rx.nheld == rx.cap_held) {
+        rx.cap_held = rx.cap_held ? 2 * rx.cap_held : 64;
+        rx.held     = realloc(rx.held, rx.cap_held * sizeof(*rx.held));
+        if (rx.held == NULL) {
+            fprintf(stderr, "out of memory\n");
+            exit(2);
+        }
+    }
+    h = &rx.held[rx.nheld++];
+
+    h->kind     = kind;
+    h->data     = data;
+    h->index    = i;
+    h->length   = len;
+    h->deadline = now_usec() + (rx_rand() >> 11) * 0x1.0p-53 * opt.hold_usec;
+    if (rx.nheld > rx.max_nheld) {
+        rx.max_nheld = rx.nheld;
+    }
+}
+
+static void rndv_done(void *request, ucs_status_t status, size_t length,
+                      void *user_data)
+{
+    rx_req_t *r = user_data;
+
+    if (status != UCS_OK) {
+        fprintf(stderr, "rendezvous receive of message %" PRIu64 ": %s\n",
+                r->index, ucs_status_string(status));
+        ++rx.errors;
+    }
+    r->done = 1;
+}
+
+static void rndv_finish(rx_req_t *r)
+{
+    check(r->buffer, r->index, r->length, "after rendezvous");
+    ++rx.am_msgs;
+    free(r->buffer);
+    free(r);
+}
+
+/* receives rendezvous message i into a fresh buffer */
+static void rndv_recv(void *desc, uint64_t i, size_t len)
+{
+    rx_req_t          *r = calloc(1, sizeof(*r));
+    ucp_request_param_t param;
+    ucs_status_ptr_t  sp;
+
+    r->index  = i;
+    r->length = len;
+    r->buffer = malloc(len ? len : 1);
+    if (r == NULL || r->buffer == NULL) {
+        fprintf(stderr, "out of memory\n");
+        exit(2);
+    }
+    param.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK |
+                         UCP_OP_ATTR_FIELD_USER_DATA;
+    param.cb.recv_am   = rndv_done;
+    param.user_data    = r;
+    sp = ucp_am_recv_data_nbx(rx.worker, desc, r->buffer, len, &param);
+    if (UCS_PTR_IS_ERR(sp)) {
+        fprintf(stderr, "ucp_am_recv_data_nbx: %s\n",
+                ucs_status_string(UCS_PTR_STATUS(sp)));
+        ++rx.errors;
+        free(r->buffer);
+        free(r);
+        return;
+    } else if (sp == NULL) {
+        rndv_finish(r);
+        return;
+    }
+    ++rx.rndv_inflight;
+    while (!r->done) {
+        ucp_worker_progress(rx.worker);
+    }
+    --rx.rndv_inflight;
+    ucp_request_free(sp);
+    rndv_finish(r);
+}
+
+static ucs_status_t am_cb(void *arg, const void *header, size_t header_length,
+                          void *data, size_t length,
+                          const ucp_am_recv_param_t *param)
+{
+    msg_hdr_t hdr;
+
+    if (header_length != sizeof(hdr)) {
+        fprintf(stderr, "header length %zu\n", header_length);
+        ++rx.errors;
+        return UCS_OK;
+    }
+    memcpy(&hdr, header, sizeof(hdr));
+    mark_seen(hdr.index, length, 0);
+
+    if (param->recv_attr & UCP_AM_RECV_ATTR_FLAG_RNDV) {
+        ++rx.rndv_msgs;
+        /* a rendezvous receive started from here would nest progress in
+         * the callback: keep the descriptor, receive it from the main loop */
+        if (want_hold()) {
+            ++rx.held_rndv;
+            hold(HELD_RNDV, data, hdr.index, length);
+        } else {
+            hold(HELD_RNDV, data, hdr.index, length);
+            rx.held[rx.nheld - 1].deadline = 0;
+        }
+        return UCS_INPROGRESS;
+    }
+
+    check(data, hdr.index, length, "on arrival");
+    if (!(param->recv_attr & UCP_AM_RECV_ATTR_FLAG_DATA)) {
+        ++rx.no_desc;
+        if (opt.expect_desc) {
+            fprintf(stderr, "message %" PRIu64 " length %zu arrived without "
+                    "a data descriptor\n", hdr.index, length);
+            ++rx.errors;
+        }
+        ++rx.am_msgs;
+        return UCS_OK;
+    }
+    if (want_hold()) {
+        ++rx.held_msgs;
+        rx.held_bytes += length;
+        hold(HELD_DATA, data, hdr.index, length);
+        return UCS_INPROGRESS;
+    }
+    ++rx.am_msgs;
+    return UCS_OK;
+}
+
+/* releases the held messages whose time has come (all if force) */
+static void release_due(int force)
+{
+    double t = now_usec();
+    held_t h;
+    size_t k;
+
+    for (k = 0; k < rx.nheld;) {
+        if (!force && rx.held[k].deadline > t) {
+            ++k;
+            continue;
+        }
+        h           = rx.held[k];
+        rx.held[k]  = rx.held[--rx.nheld];
+        if (h.kind == HELD_DATA) {
+            check(h.data, h.index, h.length, "after holding");
+            ucp_am_data_release(rx.worker, h.data);
+            ++rx.am_msgs;
+        } else {
+            rndv_recv(h.data, h.index, h.length);
+        }
+    }
+}
+
+static void tag_done(void *request, ucs_status_t status,
+                     const ucp_tag_recv_info_t *info, void *user_data)
+{
+    rx_req_t *r = user_data;
+
+    if (status != UCS_OK) {
+        fprintf(stderr, "tag receive %" PRIu64 ": %s\n", r->index,
+                ucs_status_string(status));
+        ++rx.errors;
+    } else {
+        r->length = info->length;
+    }
+    r->done = 1;
+}
+
+static int xfer(int fd, void *buf, size_t len, int out)
+{
+    ssize_t n;
+
+    while (len > 0) {
+        n = out ? write(fd, buf, len) : read(fd, buf, len);
+        if (n <= 0) {
+            if (n < 0 && errno == EINTR) {
+                continue;
+            }
+            perror(out ? "oob write" : "oob read");
+            return -1;
+        }
+        buf  = (char*)buf + n;
+        len -= n;
+    }
+    return 0;
+}
+
+static void oob_barrier(int fd)
+{
+    char c = 0;
+
+    if (xfer(fd, &c, 1, 1) || xfer(fd, &c, 1, 0)) {
+        exit(2);
+    }
+}
+
+static void wait_req(ucp_worker_h worker, ucs_status_ptr_t sp,
+                     const char *what)
+{
+    ucs_status_t status;
+
+    if (sp == NULL) {
+        return;
+    } else if (UCS_PTR_IS_ERR(sp)) {
+        fprintf(stderr, "%s: %s\n", what,
+                ucs_status_string(UCS_PTR_STATUS(sp)));
+        exit(2);
+    }
+    do {
+        ucp_worker_progress(worker);
+        status = ucp_request_check_status(sp);
+    } while (status == UCS_INPROGRESS);
+    ucp_request_free(sp);
+    if (status != UCS_OK) {
+        fprintf(stderr, "%s: %s\n", what, ucs_status_string(status));
+        exit(2);
+    }
+}
+
+/* context, worker and an endpoint to the peer whose address comes over fd */
+static void setup(int fd, ucp_context_h *ctx_p, ucp_worker_h *worker_p,
+                  ucp_ep_h *ep_p)
+{
+    ucp_params_t        params = {0};
+    ucp_worker_params_t wparams = {0};
+    ucp_ep_params_t     eparams = {0};
+    ucp_address_t       *addr, *peer;
+    size_t              len, peer_len;
+    ucs_status_t        status;
+
+    params.field_mask   = UCP_PARAM_FIELD_FEATURES;
+    params.features     = UCP_FEATURE_AM | UCP_FEATURE_TAG;
+    status = ucp_init(&params, NULL, ctx_p);
+    if (status != UCS_OK) {
+        fprintf(stderr, "ucp_init: %s\n", ucs_status_string(status));
+        exit(2);
+    }
+    wparams.field_mask  = UCP_WORKER_PARAM_FIELD_THREAD_MODE;
+    wparams.thread_mode = UCS_THREAD_MODE_SINGLE;
+    status = ucp_worker_create(*ctx_p, &wparams, worker_p);
+    if (status != UCS_OK) {
+        fprintf(stderr, "ucp_worker_create: %s\n", ucs_status_string(status));
+        exit(2);
+    }
+    status = ucp_worker_get_address(*worker_p, &addr, &len);
+    if (status != UCS_OK) {
+        exit(2);
+    }
+    if (xfer(fd, &len, sizeof(len), 1) || xfer(fd, addr, len, 1) ||
+        xfer(fd, &peer_len, sizeof(peer_len), 0)) {
+        exit(2);
+    }
+    peer = malloc(peer_len);
+    if (peer == NULL || xfer(fd, peer, peer_len, 0)) {
+        exit(2);
+    }
+    ucp_worker_release_address(*worker_p, addr);
+    eparams.field_mask = UCP_EP_PARAM_FIELD_REMOTE_ADDRESS;
+    eparams.address    = peer;
+    status = ucp_ep_create(*worker_p, &eparams, ep_p);
+    free(peer);
+    if (status != UCS_OK) {
+        fprintf(stderr, "ucp_ep_create: %s\n", ucs_status_string(status));
+        exit(2);
+    }
+}
+
+static void teardown(int fd, ucp_context_h ctx, ucp_worker_h worker,
+                     ucp_ep_h ep)
+{
+    ucp_request_param_t param = {0};
+
+    oob_barrier(fd);
+    param.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
+    param.flags        = 0;
+    wait_req(worker, ucp_ep_close_nbx(ep, &param), "ucp_ep_close_nbx");
+    oob_barrier(fd);
+    ucp_worker_destroy(worker);
+    ucp_cleanup(ctx);
+}
+
+static int sender(int fd)
+{
+    ucp_context_h       ctx;
+    ucp_worker_h        worker;
+    ucp_ep_h            ep;
+    ucp_request_param_t param = {0};
+    ucs_status_ptr_t    reqs[SEND_WINDOW] = {NULL};
+    msg_hdr_t           hdrs[SEND_WINDOW];
+    void                *bufs[SEND_WINDOW];
+    uint64_t            i, bytes = 0, ntag = 0;
+    size_t              len;
+    int                 k;
+    char                result;
+
+    setup(fd, &ctx, &worker, &ep);
+    for (k = 0; k < SEND_WINDOW; ++k) {
+        bufs[k] = malloc(opt.max_size ? opt.max_size : 1);
+        if (bufs[k] == NULL) {
+            return 2;
+        }
+    }
+    oob_barrier(fd);
+
+    for (i = 0; i < opt.count; ++i) {
+        k = i % SEND_WINDOW;
+        wait_req(worker, reqs[k], "send");
+        reqs[k] = NULL;
+        len = msg_size(i);
+        fill(bufs[k], i, len);
+        param.op_attr_mask = 0;
+        if (msg_is_tag(i)) {
+            reqs[k] = ucp_tag_send_nbx(ep, bufs[k], len, i, &param);
+            ++ntag;
+        } else {
+            hdrs[k].index  = i;
+            hdrs[k].length = len;
+            reqs[k] = ucp_am_send_nbx(ep, AM_ID, &hdrs[k], sizeof(hdrs[k]),
+                                      bufs[k], len, &param);
+        }
+        if (UCS_PTR_IS_ERR(reqs[k])) {
+            fprintf(stderr, "send %" PRIu64 ": %s\n", i,
+                    ucs_status_string(UCS_PTR_STATUS(reqs[k])));
+            return 2;
+        }
+        bytes += len;
+        ucp_worker_progress(worker);
+    }
+    for (k = 0; k < SEND_WINDOW; ++k) {
+        wait_req(worker, reqs[k], "send");
+    }
+    param.op_attr_mask = 0;
+    wait_req(worker, ucp_worker_flush_nbx(worker, &param), "flush");
+    printf("sender: %" PRIu64 " messages (%" PRIu64 " tag), %" PRIu64
+           " bytes\n", opt.count, ntag, bytes);
+    fflush(stdout);
+
+    /* keep progressing (rendezvous gets, credits) until the receiver is
+     * done */
+    for (;;) {
+        ssize_t n = recv(fd, &result, 1, MSG_DONTWAIT);
+        if (n == 1) {
+            break;
+        } else if (n == 0 || (n < 0 && errno != EAGAIN && errno != EINTR)) {
+            fprintf(stderr, "receiver gone\n");
+            return 2;
+        }
+        ucp_worker_progress(worker);
+    }
+    teardown(fd, ctx, worker, ep);
+    for (k = 0; k < SEND_WINDOW; ++k) {
+        free(bufs[k]);
+    }
+    return 0;
+}
+
+static int receiver(int fd)
+{
+    ucp_context_h             ctx;
+    ucp_ep_h                  ep;
+    ucp_am_handler_param_t    hparam = {0};
+    ucp_request_param_t       param  = {0};
+    rx_req_t                  treq;
+    ucs_status_ptr_t          sp     = NULL;
+    uint64_t                  next_tag = 0, i, lost = 0;
+    void                      *tbuf;
+    unsigned                  spins  = 0;
+    double                    t0, t1;
+    char                      result = 1;
+    ucs_status_t              status;
+
+    setup(fd, &ctx, &rx.worker, &ep);
+    rx.seen = calloc(opt.count, 1);
+    tbuf    = malloc(opt.max_size ? opt.max_size : 1);
+    if (rx.seen == NULL || tbuf == NULL) {
+        return 2;
+    }
+    rx.rng = splitmix64(opt.seed ^ 0x5eed);
+    for (i = 0; i < opt.count; ++i) {
+        if (msg_is_tag(i)) {
+            ++rx.tag_expected;
+        } else {
+            ++rx.am_expected;
+        }
+    }
+
+    hparam.field_mask = UCP_AM_HANDLER_PARAM_FIELD_ID |
+                        UCP_AM_HANDLER_PARAM_FIELD_CB |
+                        UCP_AM_HANDLER_PARAM_FIELD_FLAGS;
+    hparam.id         = AM_ID;
+    hparam.cb         = am_cb;
+    hparam.flags      = UCP_AM_FLAG_WHOLE_MSG;
+    status = ucp_worker_set_am_recv_handler(rx.worker, &hparam);
+    if (status != UCS_OK) {
+        fprintf(stderr, "ucp_worker_set_am_recv_handler: %s\n",
+                ucs_status_string(status));
+        return 2;
+    }
+    oob_barrier(fd);
+    t0 = now_usec();
+
+    while ((rx.am_msgs < rx.am_expected) || (rx.tag_msgs < rx.tag_expected) ||
+           (sp != NULL)) {
+        /* one tag receive posted at a time, in index order */
+        if ((sp == NULL) && (rx.tag_msgs < rx.tag_expected)) {
+            while ((next_tag < opt.count) && !msg_is_tag(next_tag)) {
+                ++next_tag;
+            }
+            treq.index         = next_tag;
+            treq.done          = 0;
+            param.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK |
+                                 UCP_OP_ATTR_FIELD_USER_DATA |
+                                 UCP_OP_ATTR_FLAG_NO_IMM_CMPL;
+            param.cb.recv      = tag_done;
+            param.user_data    = &treq;
+            sp = ucp_tag_recv_nbx(rx.worker, tbuf, opt.max_size, next_tag,
+                                  UINT64_MAX, &param);
+            if ((sp == NULL) || UCS_PTR_IS_ERR(sp)) {
+                fprintf(stderr, "ucp_tag_recv_nbx: %s\n",
+                        ucs_status_string(UCS_PTR_STATUS(sp)));
+                return 2;
+            }
+        }
+        ucp_worker_progress(rx.worker);
+        if ((sp != NULL) && treq.done) {
+            ucp_request_free(sp);
+            sp = NULL;
+            mark_seen(treq.index, treq.length, 1);
+            check(tbuf, treq.index, treq.length, "tag receive");
+            ++rx.tag_msgs;
+            ++next_tag;
+        }
+        if ((++spins % 64) == 0 || rx.nheld >= opt.max_held) {
+            release_due(0);
+        }
+        if (rx.errors > 20) {
+            break;
+        }
+    }
+    release_due(1);
+    t1 = now_usec();
+
+    for (i = 0; i < opt.count; ++i) {
+        lost += !rx.seen[i];
+    }
+    if (lost && !rx.errors) {
+        fprintf(stderr, "%" PRIu64 " messages lost\n", lost);
+    }
+    printf("receiver: %" PRIu64 " messages (%" PRIu64 " am, %" PRIu64
+           " tag, %" PRIu64 " am rendezvous), %" PRIu64 " bytes, "
+           "%.1f s, %.0f MB/s\n", rx.am_msgs + rx.tag_msgs, rx.am_msgs,
+           rx.tag_msgs, rx.rndv_msgs, rx.bytes, (t1 - t0) / 1e6,
+           rx.bytes / (t1 - t0));
+    printf("receiver: held %" PRIu64 " eager messages (%" PRIu64 " bytes), "
+           "deferred %" PRIu64 " rendezvous, at most %" PRIu64 " at once; "
+           "%" PRIu64 " without a data descriptor\n", rx.held_msgs,
+           rx.held_bytes, rx.held_rndv, rx.max_nheld, rx.no_desc);
+    printf("receiver: %" PRIu64 " errors, %" PRIu64 " lost\n", rx.errors,
+           lost);
+    fflush(stdout);
+
+    result = (rx.errors || lost) ? 1 : 0;
+    if (xfer(fd, &result, 1, 1)) {
+        return 2;
+    }
+    teardown(fd, ctx, rx.worker, ep);
+    free(tbuf);
+    free(rx.held);
+    free(rx.seen);
+    return result;
+}
+
+static void usage(const char *prog)
+{
+    fprintf(stderr, "usage: %s [-n count] [-s seed] [-M max_size] "
+            "[-m min_size] [-p hold_percent] [-t hold_max_usec] "
+            "[-H max_held] [-T am|tag|both] [-D]\n", prog);
+    exit(2);
+}
+
+int main(int argc, char **argv)
+{
+    int   sv[2], c, st, rc;
+    pid_t pid;
+
+    while ((c = getopt(argc, argv, "n:s:M:m:p:t:H:T:Dh")) != -1) {
+        switch (c) {
+        case 'n': opt.count       = strtoull(optarg, NULL, 0); break;
+        case 's': opt.seed        = strtoull(optarg, NULL, 0); break;
+        case 'M': opt.max_size    = strtoull(optarg, NULL, 0); break;
+        case 'm': opt.min_size    = strtoull(optarg, NULL, 0); break;
+        case 'p': opt.hold_frac   = atof(optarg) / 100.0;      break;
+        case 't': opt.hold_usec   = atof(optarg);              break;
+        case 'H': opt.max_held    = strtoull(optarg, NULL, 0); break;
+        case 'D': opt.expect_desc = 1;                         break;
+        case 'T':
+            opt.use_am  = strcmp(optarg, "tag") != 0;
+            opt.use_tag = strcmp(optarg, "am") != 0;
+            break;
+        default:
+            usage(argv[0]);
+        }
+    }
+    if ((opt.count == 0) || (opt.min_size > opt.max_size) ||
+        (opt.max_held == 0)) {
+        usage(argv[0]);
+    }
+    printf("ucp_hold: %" PRIu64 " messages, %zu..%zu bytes log-uniform, "
+           "seed %" PRIu64 ", hold %.0f%% up to %.0f usec (at most %zu), "
+           "%s\n", opt.count, opt.min_size, opt.max_size, opt.seed,
+           opt.hold_frac * 100, opt.hold_usec, opt.max_held,
+           opt.use_am && opt.use_tag ? "am and tag" :
+           opt.use_am ? "am" : "tag");
+    fflush(stdout);
+
+    if (socketpair(AF_UNIX, SOCK_STREAM, 0, sv) < 0) {
+        perror("socketpair");
+        return 2;
+    }
+    pid = fork();
+    if (pid < 0) {
+        perror("fork");
+        return 2;
+    } else if (pid == 0) {
+        close(sv[0]);
+        _exit(sender(sv[1]));
+    }
+    close(sv[1]);
+    rc = receiver(sv[0]);
+    if (waitpid(pid, &st, 0) < 0) {
+        perror("waitpid");
+        return 2;
+    }
+    if (!WIFEXITED(st) || WEXITSTATUS(st)) {
+        fprintf(stderr, "sender failed (status 0x%x)\n", st);
+        return rc ? rc : 1;
+    }
+    if (rc == 0) {
+        printf("PASS\n");
+    }
+    return rc;
+}
