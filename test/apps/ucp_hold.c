@@ -85,6 +85,28 @@ static struct {
     uint64_t     no_desc, max_nheld, rndv_inflight;
 } rx;
 
+static int oob_fd = -1;
+
+/* whether the other process has exited (its end of the socket closed), so
+ * that a crash on one side fails the run instead of hanging the other */
+static int peer_gone(void)
+{
+    char    c;
+    ssize_t n = recv(oob_fd, &c, 1, MSG_PEEK | MSG_DONTWAIT);
+
+    return (n == 0) ||
+           ((n < 0) && (errno != EAGAIN) && (errno != EWOULDBLOCK) &&
+            (errno != EINTR));
+}
+
+static void check_peer(unsigned *spins)
+{
+    if ((++*spins % 4096) == 0 && peer_gone()) {
+        fprintf(stderr, "the other process exited\n");
+        exit(3);
+    }
+}
+
 static uint64_t splitmix64(uint64_t x)
 {
     x += 0x9e3779b97f4a7c15ull;
@@ -267,6 +289,7 @@ static void rndv_recv(void *desc, uint64_t i, size_t len)
     rx_req_t          *r = calloc(1, sizeof(*r));
     ucp_request_param_t param;
     ucs_status_ptr_t  sp;
+    unsigned          spins = 0;
 
     r->index  = i;
     r->length = len;
@@ -294,6 +317,7 @@ static void rndv_recv(void *desc, uint64_t i, size_t len)
     ++rx.rndv_inflight;
     while (!r->done) {
         ucp_worker_progress(rx.worker);
+        check_peer(&spins);
     }
     --rx.rndv_inflight;
     ucp_request_free(sp);
@@ -420,6 +444,7 @@ static void wait_req(ucp_worker_h worker, ucs_status_ptr_t sp,
                      const char *what)
 {
     ucs_status_t status;
+    unsigned     spins = 0;
 
     if (sp == NULL) {
         return;
@@ -430,6 +455,7 @@ static void wait_req(ucp_worker_h worker, ucs_status_ptr_t sp,
     }
     do {
         ucp_worker_progress(worker);
+        check_peer(&spins);
         status = ucp_request_check_status(sp);
     } while (status == UCS_INPROGRESS);
     ucp_request_free(sp);
@@ -652,9 +678,10 @@ static int receiver(int fd)
             ++rx.tag_msgs;
             ++next_tag;
         }
-        if ((++spins % 64) == 0 || rx.nheld >= opt.max_held) {
+        if ((spins % 64) == 0 || rx.nheld >= opt.max_held) {
             release_due(0);
         }
+        check_peer(&spins);
         if (rx.errors > 20) {
             break;
         }
@@ -745,10 +772,12 @@ int main(int argc, char **argv)
         return 2;
     } else if (pid == 0) {
         close(sv[0]);
+        oob_fd = sv[1];
         _exit(sender(sv[1]));
     }
     close(sv[1]);
-    rc = receiver(sv[0]);
+    oob_fd = sv[0];
+    rc     = receiver(sv[0]);
     if (waitpid(pid, &st, 0) < 0) {
         perror("waitpid");
         return 2;
