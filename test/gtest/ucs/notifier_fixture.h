@@ -46,6 +46,18 @@ static inline bool uffd_available(std::string *why)
     return true;
 }
 
+/* GCC 12's ASan does not make its allocator fork-safe: a fork() child of
+ * a multithreaded process can inherit one of its locks held and hang in the
+ * first malloc() of a new thread. Fork tests skip under it. */
+static inline bool under_asan()
+{
+#if defined(__SANITIZE_ADDRESS__)
+    return true;
+#else
+    return false;
+#endif
+}
+
 /* Valgrind does not know userfaultfd ioctls; tests that need the uffd
  * engine skip under it. */
 static inline bool under_valgrind()
