@@ -215,8 +215,17 @@ int main(int argc, char **argv)
         setenv("UCX_MEM_MMAP_HOOK_MODE", "none", 1);
         setenv("UCX_REMAPRING_UCM_EXTERNAL", "y", 1);
         setenv("REMAPRING_RCACHE_NOHOOKS", "1", 1);
-        execv("/proc/self/exe", argv);
-        perror("execv(/proc/self/exe)");
+        /* the link's target, not the link: under valgrind the link is
+         * its launcher */
+        char exe[PATH_MAX];
+        ssize_t n = readlink("/proc/self/exe", exe, sizeof(exe) - 1);
+        if (n < 0) {
+            perror("readlink(/proc/self/exe)");
+            return 1;
+        }
+        exe[n] = '\0';
+        execv(exe, argv);
+        perror("execv");
         return 1;
     }
 
