@@ -266,6 +266,29 @@ uct_remapring_ep_send(uct_remapring_ep_t *ep, uint8_t id,
     return status;
 }
 
+/* Flatten a UCT iov (count/stride unsupported beyond one element) */
+static UCS_F_ALWAYS_INLINE ucs_status_t
+uct_remapring_ep_iov(const uct_iov_t *iov, size_t iovcnt, struct iovec *out,
+                     size_t *total_p)
+{
+    size_t i, total = 0;
+
+    for (i = 0; i < iovcnt; ++i) {
+        if (ucs_unlikely(iov[i].count > 1)) {
+            ucs_error("remapring: iov count %u is not supported",
+                      iov[i].count);
+            return UCS_ERR_UNSUPPORTED;
+        }
+
+        out[i].iov_base = iov[i].buffer;
+        out[i].iov_len  = iov[i].length * iov[i].count;
+        total          += out[i].iov_len;
+    }
+
+    *total_p = total;
+    return UCS_OK;
+}
+
 ucs_status_t uct_remapring_ep_am_short(uct_ep_h tl_ep, uint8_t id,
                                        uint64_t header, const void *payload,
                                        unsigned length)
@@ -281,6 +304,31 @@ ucs_status_t uct_remapring_ep_am_short(uct_ep_h tl_ep, uint8_t id,
     status = uct_remapring_ep_send(ep, id, iov, 2);
     if (status == UCS_OK) {
         UCT_TL_EP_STAT_OP(&ep->super, AM, SHORT, sizeof(header) + length);
+    }
+
+    return status;
+}
+
+ucs_status_t uct_remapring_ep_am_short_iov(uct_ep_h tl_ep, uint8_t id,
+                                           const uct_iov_t *iov,
+                                           size_t iovcnt)
+{
+    uct_remapring_ep_t *ep = ucs_derived_of(tl_ep, uct_remapring_ep_t);
+    struct iovec vec[UCT_REMAPRING_MAX_IOV];
+    ucs_status_t status;
+    size_t length;
+
+    UCT_CHECK_AM_ID(id);
+    UCT_CHECK_PARAM(iovcnt <= UCT_REMAPRING_MAX_IOV, "iovcnt %zu > max %d",
+                    iovcnt, UCT_REMAPRING_MAX_IOV);
+    status = uct_remapring_ep_iov(iov, iovcnt, vec, &length);
+    if (status != UCS_OK) {
+        return status;
+    }
+
+    status = uct_remapring_ep_send(ep, id, vec, iovcnt);
+    if (status == UCS_OK) {
+        UCT_TL_EP_STAT_OP(&ep->super, AM, SHORT, length);
     }
 
     return status;
@@ -326,29 +374,6 @@ ssize_t uct_remapring_ep_am_bcopy(uct_ep_h tl_ep, uint8_t id,
 
     UCT_TL_EP_STAT_OP(&ep->super, AM, BCOPY, iov.iov_len);
     return iov.iov_len;
-}
-
-/* Flatten a UCT iov (count/stride unsupported beyond one element) */
-static UCS_F_ALWAYS_INLINE ucs_status_t
-uct_remapring_ep_iov(const uct_iov_t *iov, size_t iovcnt, struct iovec *out,
-                     size_t *total_p)
-{
-    size_t i, total = 0;
-
-    for (i = 0; i < iovcnt; ++i) {
-        if (ucs_unlikely(iov[i].count > 1)) {
-            ucs_error("remapring: iov count %u is not supported",
-                      iov[i].count);
-            return UCS_ERR_UNSUPPORTED;
-        }
-
-        out[i].iov_base = iov[i].buffer;
-        out[i].iov_len  = iov[i].length * iov[i].count;
-        total          += out[i].iov_len;
-    }
-
-    *total_p = total;
-    return UCS_OK;
 }
 
 ucs_status_t uct_remapring_ep_am_zcopy(uct_ep_h tl_ep, uint8_t id,
@@ -491,20 +516,27 @@ ucs_status_t uct_remapring_ep_get_zcopy(uct_ep_h tl_ep, const uct_iov_t *iov,
     return status;
 }
 
-/* Whether a send could go now; reloads the released head */
-static int uct_remapring_ep_can_send(uct_remapring_ep_t *ep)
+/* Whether a record of @a length (SIZE_MAX: the largest) could go now;
+ * reloads the released head. pending_add asks for the largest record: the
+ * caller's send may need that much, and UCP retries a BUSY answer without
+ * progressing, so a wrong BUSY locks two senders up */
+static int uct_remapring_ep_can_send(uct_remapring_ep_t *ep, size_t length)
 {
-    if (ep->wire == NULL) {
-        return uct_remapring_ep_connect(ep) == UCS_OK;
+    if ((ep->wire == NULL) && (uct_remapring_ep_connect(ep) != UCS_OK)) {
+        return 0;
     }
 
-    if (uct_remapring_ring_writer_has_credit(&ep->writer, 0)) {
+    if (length == SIZE_MAX) {
+        length = uct_remapring_ring_writer_max_payload(&ep->writer);
+    }
+
+    if (uct_remapring_ring_writer_has_credit(&ep->writer, length)) {
         return 1;
     }
 
     ep->writer.limit = uct_remapring_wire_released_head(ep->wire) +
                        ep->writer.window_size;
-    return uct_remapring_ring_writer_has_credit(&ep->writer, 0);
+    return uct_remapring_ring_writer_has_credit(&ep->writer, length);
 }
 
 static void uct_remapring_ep_block(uct_remapring_iface_t *iface,
@@ -525,7 +557,8 @@ ucs_status_t uct_remapring_ep_pending_add(uct_ep_h tl_ep,
                                                   uct_remapring_iface_t);
 
     if (ucs_arbiter_group_is_empty(&ep->arb_group) && !ep->blocked &&
-        (ep->status == UCS_OK) && uct_remapring_ep_can_send(ep)) {
+        (ep->status == UCS_OK) &&
+        uct_remapring_ep_can_send(ep, SIZE_MAX)) {
         return UCS_ERR_BUSY;
     }
 
@@ -569,7 +602,7 @@ unsigned uct_remapring_ep_progress_pending(uct_remapring_iface_t *iface)
     }
 
     ucs_list_for_each_safe(ep, tmp, &iface->tx.blocked, list) {
-        if ((ep->status != UCS_OK) || uct_remapring_ep_can_send(ep)) {
+        if ((ep->status != UCS_OK) || uct_remapring_ep_can_send(ep, 0)) {
             ucs_list_del(&ep->list);
             ep->blocked = 0;
             ucs_arbiter_group_schedule(&iface->tx.arbiter, &ep->arb_group);

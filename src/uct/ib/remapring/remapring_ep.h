@@ -41,6 +41,11 @@ ucs_status_t uct_remapring_ep_am_short(uct_ep_h tl_ep, uint8_t id,
                                        uint64_t header, const void *payload,
                                        unsigned length);
 
+/** See uct_ep_am_short_iov(). */
+ucs_status_t uct_remapring_ep_am_short_iov(uct_ep_h tl_ep, uint8_t id,
+                                           const uct_iov_t *iov,
+                                           size_t iovcnt);
+
 /** See uct_ep_am_bcopy(). */
 ssize_t uct_remapring_ep_am_bcopy(uct_ep_h tl_ep, uint8_t id,
                                   uct_pack_callback_t pack_cb, void *arg,

@@ -614,6 +614,7 @@ static UCS_CLASS_DECLARE_DELETE_FUNC(uct_remapring_iface_t, uct_iface_t);
 /* clang-format off */
 static uct_iface_ops_t uct_remapring_iface_tl_ops = {
     .ep_am_short              = uct_remapring_ep_am_short,
+    .ep_am_short_iov          = uct_remapring_ep_am_short_iov,
     .ep_am_bcopy              = uct_remapring_ep_am_bcopy,
     .ep_am_zcopy              = uct_remapring_ep_am_zcopy,
     .ep_put_zcopy             = uct_remapring_ep_put_zcopy,
