@@ -20,7 +20,7 @@ fi
 
 mkdir -p "$build"
 cd "$build"
-if [ ! -f Makefile ] || [ $# -gt 0 ]; then
+if [ ! -f Makefile ] || { [ $# -gt 0 ] && ! grep -qF -- "$*" config.log; }; then
     "$top/configure" --prefix=/usr "$@" >configure.out ||
         { tail -20 configure.out; exit 1; }
 fi
