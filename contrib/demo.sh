@@ -18,3 +18,15 @@ echo "== the module, preloaded, as ucx_info sees it"
 echo
 echo "== its settings (ucx_info -c)"
 "$run" ucx_info -c | grep '^UCX_REMAPRING_'
+echo
+echo "== UCP over remapring alone: ucx_perftest tag_lat and tag_bw, two processes"
+. "$top/test/scripts/common.sh"
+export UCX_TLS=remapring,self
+for args in "-t tag_lat -s 8 -n 20000" "-t tag_bw -s 4194304 -n 500"; do
+    # shellcheck disable=SC2086
+    perftest_pair /tmp/remapring-demo yes $args ||
+        { cat /tmp/remapring-demo.*; exit 1; }
+    echo "ucx_perftest $args:"
+    grep -E "^Final:" /tmp/remapring-demo.client
+done
+rm -f /tmp/remapring-demo.*
