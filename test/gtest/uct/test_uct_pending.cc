@@ -247,6 +247,43 @@ TEST_F(test_uct_pending, purge)
     EXPECT_EQ(UCS_OK, retry([&]() { return send(sent + 1); }));
 }
 
+/* destroying an endpoint with requests still queued drops them with a
+ * warning, never calls them, and leaves the interface usable */
+TEST_F(test_uct_pending, destroy_with_pending)
+{
+    uint64_t sent = fill();
+    std::vector<request> reqs = make_requests(sent + 1, 5);
+
+    for (auto &req : reqs) {
+        ASSERT_EQ(UCS_OK, uct_ep_pending_add(m_ep, &req.super, 0));
+    }
+
+    {
+        scoped_log_capture log;
+        m_sender->ep_destroy(m_ep);
+        m_ep = nullptr;
+        EXPECT_TRUE(log.contains("cancelling user pending request"))
+                << log.all();
+    }
+
+    m_hold = false;
+    release_all();
+    for (int i = 0; i < 10000; ++i) {
+        progress();
+    }
+    for (auto &req : reqs) {
+        EXPECT_EQ(0, req.calls);
+    }
+    EXPECT_EQ(sent, m_seeds.size());
+    EXPECT_EQ(UCS_OK, uct_iface_flush(m_sender->iface, 0, NULL));
+
+    /* the sender connects again and is heard */
+    m_ep = connect(m_sender, m_receiver);
+    ASSERT_NE(nullptr, m_ep);
+    EXPECT_EQ(UCS_OK, retry([&]() { return send(sent + 1); }));
+    EXPECT_TRUE(wait_for([&]() { return m_seeds.size() == sent + 1; }));
+}
+
 /* before the receiver progressed, a new endpoint cannot send: its request
  * waits in the queue and fires once the ring exists (a receiver of its own:
  * the pool of m_receiver fits one ring only) */

@@ -162,10 +162,9 @@ static UCS_CLASS_CLEANUP_FUNC(uct_remapring_ep_t)
     uct_remapring_iface_t *iface = ucs_derived_of(self->super.super.iface,
                                                   uct_remapring_iface_t);
 
-    if (self->blocked) {
-        ucs_list_del(&self->list);
-    }
-
+    /* requests the user left queued are dropped, like UCT's other
+     * transports do, and said so */
+    uct_remapring_ep_pending_purge(&self->super.super, NULL, NULL);
     ucs_arbiter_group_cleanup(&self->arb_group);
     if (self->wire != NULL) {
         uct_remapring_wire_destroy(self->wire);
@@ -628,6 +627,9 @@ uct_remapring_ep_purge_cb(ucs_arbiter_t *arbiter, ucs_arbiter_group_t *group,
 
     if (args->cb != NULL) {
         args->cb(req, args->arg);
+    } else {
+        ucs_warn("remapring: ep %p cancelling user pending request %p",
+                 ucs_container_of(group, uct_remapring_ep_t, arb_group), req);
     }
 
     return UCS_ARBITER_CB_RESULT_REMOVE_ELEM;
