@@ -122,7 +122,12 @@ static UCS_CLASS_INIT_FUNC(uct_remapring_ep_t, const uct_ep_params_t *params)
     UCT_EP_PARAMS_CHECK_DEV_IFACE_ADDRS(params);
     UCS_CLASS_CALL_SUPER_INIT(uct_base_ep_t, &iface->super);
 
-    addr          = (const uct_remapring_iface_addr_t*)params->iface_addr;
+    addr   = (const uct_remapring_iface_addr_t*)params->iface_addr;
+    status = uct_remapring_iface_check_block(iface, addr, UCS_LOG_LEVEL_ERROR);
+    if (status != UCS_OK) {
+        return status;
+    }
+
     self->pid     = addr->pid;
     self->wire    = NULL;
     self->status  = UCS_OK;

@@ -187,7 +187,8 @@ static ucs_status_t uct_remapring_iface_get_address(uct_iface_h tl_iface,
     iface_addr->pid      = getpid();
     iface_addr->ctl_fd   = iface->rx.ctl_fd;
     iface_addr->iface_id = iface->id;
-    iface_addr->pid_ns   = ucs_sys_get_ns(UCS_SYS_NS_TYPE_PID);
+    iface_addr->pid_ns     = ucs_sys_get_ns(UCS_SYS_NS_TYPE_PID);
+    iface_addr->block_size = iface->rx.pool->block_size;
     return UCS_OK;
 }
 
@@ -196,12 +197,45 @@ static int uct_remapring_iface_is_reachable(const uct_iface_h tl_iface,
                                             const uct_iface_addr_t *addr)
 {
     const uct_remapring_iface_addr_t *iface_addr = (const void*)addr;
+    uct_remapring_iface_t *iface = ucs_derived_of(tl_iface,
+                                                  uct_remapring_iface_t);
+    static int warned            = 0;
 
     /* same host (boot id and IPC namespace) and same pid namespace: the
      * pid in the address must name the receiver for process_vm_writev */
-    return uct_sm_iface_is_reachable(tl_iface, dev_addr, addr) &&
-           (iface_addr != NULL) &&
-           (iface_addr->pid_ns == ucs_sys_get_ns(UCS_SYS_NS_TYPE_PID));
+    if (!uct_sm_iface_is_reachable(tl_iface, dev_addr, addr) ||
+        (iface_addr == NULL) ||
+        (iface_addr->pid_ns != ucs_sys_get_ns(UCS_SYS_NS_TYPE_PID))) {
+        return 0;
+    }
+
+    /* UCP sizes messages by our own max_bcopy, the peer's block bounds
+     * what its ring takes: the settings must agree. UCP reports only
+     * "unreachable", so the reason is said once at warning level. */
+    if (uct_remapring_iface_check_block(iface, iface_addr,
+                                        warned ? UCS_LOG_LEVEL_DEBUG :
+                                                 UCS_LOG_LEVEL_WARN) !=
+        UCS_OK) {
+        warned = 1;
+        return 0;
+    }
+
+    return 1;
+}
+
+ucs_status_t
+uct_remapring_iface_check_block(uct_remapring_iface_t *iface,
+                                const uct_remapring_iface_addr_t *addr,
+                                ucs_log_level_t log_level)
+{
+    if (ucs_likely(addr->block_size == iface->rx.pool->block_size)) {
+        return UCS_OK;
+    }
+
+    ucs_log(log_level, "remapring: pid %d uses UCX_REMAPRING_BLOCK_SIZE=%u,"
+            " this process %zu: peers must use the same block size",
+            addr->pid, addr->block_size, iface->rx.pool->block_size);
+    return UCS_ERR_UNREACHABLE;
 }
 
 static ucs_status_t uct_remapring_iface_query(uct_iface_h tl_iface,

@@ -103,6 +103,7 @@ typedef struct uct_remapring_iface_addr {
     int32_t  ctl_fd;   /* its control memfd: /proc/<pid>/fd/<ctl_fd> */
     uint64_t iface_id; /* guards against pid and fd reuse */
     uint64_t pid_ns;   /* pid namespace of @a pid */
+    uint32_t block_size; /* receiver's BLOCK_SIZE: the largest record */
 } UCS_S_PACKED uct_remapring_iface_addr_t;
 
 
@@ -164,6 +165,17 @@ typedef struct uct_remapring_iface {
  */
 ucs_status_t
 uct_remapring_iface_config_check(const uct_remapring_iface_config_t *config);
+
+
+/**
+ * Whether a peer's address announces the same block size as ours (a sender
+ * sizes records by its own, the receiver's ring takes up to its own); logs
+ * the difference at @a log_level and returns UCS_ERR_UNREACHABLE if not.
+ */
+ucs_status_t
+uct_remapring_iface_check_block(uct_remapring_iface_t *iface,
+                                const uct_remapring_iface_addr_t *addr,
+                                ucs_log_level_t log_level);
 
 
 /**
