@@ -381,7 +381,7 @@ bool uct_fixture::ep_can_send(uct_ep_h ep)
     req.func = [](uct_pending_req_t*) { return UCS_OK; };
     status   = uct_ep_pending_add(ep, &req, 0);
     if (status == UCS_OK) {
-        uct_ep_pending_purge(ep, NULL, NULL);
+        uct_ep_pending_purge(ep, [](uct_pending_req_t*, void*) {}, NULL);
         return false;
     }
 

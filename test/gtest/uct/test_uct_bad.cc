@@ -267,6 +267,37 @@ TEST_F(test_uct_bad, block_size_mismatch)
     check_still_works(small, same);
 }
 
+/* A pool with room for one ring: the second sender is refused with an
+ * error naming the setting, the first keeps working */
+TEST_F(test_uct_bad, pool_full_refuses_sender)
+{
+    entity *receiver = create_entity({{"BLOCK_SIZE", "4k"},
+                                      {"RING_SLOTS", "4"},
+                                      {"CREDIT_BATCH", "1"},
+                                      {"POOL_MAX", "16k"}});
+    ASSERT_NE(nullptr, receiver);
+    entity *s1       = create_entity({{"BLOCK_SIZE", "4k"}});
+    entity *s2       = create_entity({{"BLOCK_SIZE", "4k"}});
+    uct_ep_h ep2;
+
+    ASSERT_NE(nullptr, s2);
+    ASSERT_EQ(UCS_OK, uct_iface_set_am_handler(receiver->iface, 1, discard,
+                                               NULL, 0));
+    uct_ep_h ep1 = connect(s1, receiver);
+    ASSERT_NE(nullptr, ep1);
+    ASSERT_EQ(UCS_OK, s2->ep_create(receiver->dev_addr.data(),
+                                    receiver->iface_addr.data(), &ep2));
+    {
+        scoped_log_capture log;
+        EXPECT_EQ(UCS_ERR_CONNECTION_RESET,
+                  retry([&]() { return uct_ep_am_short(ep2, 1, 0, NULL, 0); }));
+        EXPECT_TRUE(log.contains("UCX_REMAPRING_POOL_MAX")) << log.all();
+    }
+    s2->ep_destroy(ep2);
+    EXPECT_EQ(UCS_OK,
+              retry([&]() { return uct_ep_am_short(ep1, 1, 0, NULL, 0); }));
+}
+
 TEST_F(test_uct_bad, max_peers_exceeded)
 {
     entity *receiver = create_entity({{"MAX_PEERS", "1"}});

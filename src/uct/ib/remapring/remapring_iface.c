@@ -51,9 +51,12 @@ static ucs_config_field_t uct_remapring_iface_config_table[] = {
      UCS_CONFIG_TYPE_UINT},
 
     {"POOL_MAX", "1g",
-     "Largest size the receive pool of one interface may grow to. Held\n"
-     "messages are kept in the pool; when it is full, senders wait for the\n"
-     "upper layer to release messages. At least RING_SLOTS * BLOCK_SIZE.",
+     "Largest size the receive pool of one interface may grow to. Each\n"
+     "connected sender's ring takes RING_SLOTS * BLOCK_SIZE of it on first\n"
+     "contact, and a sender that finds no room for its ring is refused;\n"
+     "held messages keep their blocks, and when the pool is full senders\n"
+     "wait for the upper layer to release messages. At least\n"
+     "RING_SLOTS * BLOCK_SIZE (one sender).",
      ucs_offsetof(uct_remapring_iface_config_t, pool_max),
      UCS_CONFIG_TYPE_MEMUNITS},
 
@@ -383,7 +386,11 @@ static void uct_remapring_rx_conn_accept(uct_remapring_iface_t *iface,
                                        &rx_conn->ring);
     if (status != UCS_OK) {
         close(pidfd);
-        uct_remapring_rx_conn_fail(iface, index, "cannot make its ring");
+        uct_remapring_rx_conn_fail(iface, index,
+                                   (status == UCS_ERR_NO_RESOURCE) ?
+                                   "no room for its ring in the pool "
+                                   "(UCX_REMAPRING_POOL_MAX)" :
+                                   ucs_status_string(status));
         return;
     }
 
