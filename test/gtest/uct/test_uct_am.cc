@@ -5,9 +5,9 @@
  * am_bcopy and am_zcopy of every size from 0 to the limits the interface
  * reports (0, 1, 8, 63, 64, 65, 4095, 4096, ..., max), delivered in order,
  * every byte checked, with UCT_CB_PARAM_FLAG_DESC and a writable rx_headroom
- * (0 and 64 bytes), for 4 KiB and 64 KiB blocks; zcopy headers and iovs of
- * every count; sizes above the limits are refused; the capabilities match
- * the settings.
+ * (0 and 64 bytes), for 4 KiB and 64 KiB blocks, over the shm and cma
+ * wires; zcopy headers and iovs of every count; sizes above the limits are
+ * refused; the capabilities match the settings.
  */
 
 #include "common/uct_fixture.h"
@@ -29,7 +29,8 @@ struct rx_message {
 
 class test_uct_am
     : public uct_fixture,
-      public testing::WithParamInterface<std::tuple<unsigned, const char*>> {
+      public testing::WithParamInterface<
+              std::tuple<unsigned, const char*, const char*>> {
 protected:
     void SetUp() override
     {
@@ -39,7 +40,8 @@ protected:
         }
 
         m_headroom   = std::get<0>(GetParam());
-        config_t cfg = {{"BLOCK_SIZE", std::get<1>(GetParam())}};
+        config_t cfg = {{"BLOCK_SIZE", std::get<1>(GetParam())},
+                        {"WIRE", std::get<2>(GetParam())}};
         m_sender     = create_entity(cfg);
         m_receiver   = create_entity(cfg, m_headroom);
         ASSERT_NE(nullptr, m_receiver);
@@ -383,12 +385,13 @@ TEST_P(test_uct_am, over_limits)
 }
 
 INSTANTIATE_TEST_SUITE_P(
-        headroom_block, test_uct_am,
+        headroom_block_wire, test_uct_am,
         testing::Combine(testing::Values(0u, 64u),
-                         testing::Values("4k", "64k")),
+                         testing::Values("4k", "64k"),
+                         testing::Values("shm", "cma")),
         [](const testing::TestParamInfo<test_uct_am::ParamType> &info) {
             return "hr" + std::to_string(std::get<0>(info.param)) + "_" +
-                   std::get<1>(info.param);
+                   std::get<1>(info.param) + "_" + std::get<2>(info.param);
         });
 
 } // namespace

@@ -15,7 +15,9 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <poll.h>
 #include <sys/mman.h>
+#include <sys/syscall.h>
 #include <sys/stat.h>
 #include <sys/uio.h>
 #include <unistd.h>
@@ -41,7 +43,7 @@ uct_remapring_ep_map_ctl(uct_remapring_ep_t *ep,
     }
 
     if ((fstat(fd, &st) != 0) ||
-        (st.st_size < (off_t)uct_remapring_ctl_size(1))) {
+        (st.st_size < (off_t)uct_remapring_ctl_size(1, 2))) {
         ucs_error("remapring: %s is not a remapring control area", path);
         goto err_close;
     }
@@ -61,7 +63,10 @@ uct_remapring_ep_map_ctl(uct_remapring_ep_t *ep,
         (ep->ctl->version != UCT_REMAPRING_CTL_VERSION) ||
         (ep->ctl->iface_id != addr->iface_id) ||
         (ep->ctl->owner_pid != addr->pid) || (ep->ctl->max_peers == 0) ||
-        (uct_remapring_ctl_size(ep->ctl->max_peers) > ep->ctl_size)) {
+        (ep->ctl->max_peers > UCT_REMAPRING_MAX_PEERS) ||
+        (ep->ctl->ring_slots < 2) || !ucs_is_pow2(ep->ctl->ring_slots) ||
+        (uct_remapring_ctl_size(ep->ctl->max_peers, ep->ctl->ring_slots) >
+         ep->ctl_size)) {
         ucs_error("remapring: %s does not hold the control area of iface"
                   " 0x%" PRIx64 " of pid %d", path, addr->iface_id,
                   addr->pid);
@@ -132,6 +137,7 @@ static UCS_CLASS_INIT_FUNC(uct_remapring_ep_t, const uct_ep_params_t *params)
     self->wire    = NULL;
     self->status  = UCS_OK;
     self->blocked = 0;
+    self->stalls  = 0;
     ucs_arbiter_group_init(&self->arb_group);
 
     status = uct_ep_keepalive_init(&self->keepalive, self->pid);
@@ -140,9 +146,13 @@ static UCS_CLASS_INIT_FUNC(uct_remapring_ep_t, const uct_ep_params_t *params)
         goto err;
     }
 
+    /* to tell a receiver that stopped crediting from one that is gone; as
+     * on the receiver side, without pidfd_open the pid alone is checked */
+    self->pidfd = syscall(SYS_pidfd_open, self->pid, 0);
+
     status = uct_remapring_ep_map_ctl(self, addr);
     if (status != UCS_OK) {
-        goto err;
+        goto err_close;
     }
 
     status = uct_remapring_ep_claim(self);
@@ -157,6 +167,10 @@ static UCS_CLASS_INIT_FUNC(uct_remapring_ep_t, const uct_ep_params_t *params)
 
 err_unmap:
     munmap(self->ctl, self->ctl_size);
+err_close:
+    if (self->pidfd >= 0) {
+        close(self->pidfd);
+    }
 err:
     ucs_arbiter_group_cleanup(&self->arb_group);
     return status;
@@ -164,9 +178,6 @@ err:
 
 static UCS_CLASS_CLEANUP_FUNC(uct_remapring_ep_t)
 {
-    uct_remapring_iface_t *iface = ucs_derived_of(self->super.super.iface,
-                                                  uct_remapring_iface_t);
-
     /* requests the user left queued are dropped, like UCT's other
      * transports do, and said so */
     uct_remapring_ep_pending_purge(&self->super.super, NULL, NULL);
@@ -181,7 +192,9 @@ static UCS_CLASS_CLEANUP_FUNC(uct_remapring_ep_t)
     __atomic_store_n(&self->conn->armed, 1, __ATOMIC_RELAXED);
     uct_remapring_ctl_ring_bell(self->ctl, self->conn, self->index);
     munmap(self->ctl, self->ctl_size);
-    (void)iface;
+    if (self->pidfd >= 0) {
+        close(self->pidfd);
+    }
 }
 
 UCS_CLASS_DEFINE(uct_remapring_ep_t, uct_base_ep_t);
@@ -202,11 +215,43 @@ static void uct_remapring_ep_failed(uct_remapring_ep_t *ep, ucs_status_t status)
                            NULL);
 }
 
+/* The shm wire: map the receiver's pool through /proc/<pid>/fd/<n>. Any
+ * failure (another user's process, a hardened /proc) leaves the cma wire,
+ * which needs only ptrace access */
+static ucs_status_t
+uct_remapring_ep_shm_wire(uct_remapring_ep_t *ep,
+                          const uct_remapring_ring_info_t *info)
+{
+    char path[64];
+    ucs_status_t status;
+    int fd;
+
+    ucs_snprintf_zero(path, sizeof(path), "/proc/%d/fd/%d", ep->pid,
+                      ep->ctl->pool_fd);
+    fd = open(path, O_RDWR | O_CLOEXEC);
+    if (fd < 0) {
+        ucs_diag("remapring: cannot open pool %s of pid %d (%m), using the "
+                 "cma wire", path, ep->pid);
+        return UCS_ERR_UNREACHABLE;
+    }
+
+    status = uct_remapring_wire_shm_create(
+            fd, info->block_size, ep->ctl->pool_blocks,
+            uct_remapring_ctl_slot_table(ep->ctl, ep->ctl->max_peers,
+                                         ep->ctl->ring_slots, ep->index),
+            (size_t)info->block_size * info->nslots, &ep->conn->ring,
+            &ep->wire);
+    close(fd);
+    return status;
+}
+
 /* The ring is made by the receiver on its progress after we claimed the
  * connection; until then sends wait in the pending queue */
 static UCS_F_NOINLINE ucs_status_t
 uct_remapring_ep_connect(uct_remapring_ep_t *ep)
 {
+    uct_remapring_iface_t *iface = ucs_derived_of(ep->super.super.iface,
+                                                  uct_remapring_iface_t);
     uct_remapring_ring_info_t info;
     ucs_status_t status;
 
@@ -226,13 +271,28 @@ uct_remapring_ep_connect(uct_remapring_ep_t *ep)
         return UCS_ERR_CONNECTION_RESET;
     }
 
-    info   = ep->conn->ring.info;
-    status = uct_remapring_wire_cma_create(ep->pid, info.view_addr,
-                                           (size_t)info.block_size *
-                                           info.nslots,
-                                           &ep->conn->ring, &ep->wire);
+    info = ep->conn->ring.info;
+    if ((info.block_size != ep->ctl->block_size) ||
+        (info.nslots != ep->ctl->ring_slots)) {
+        ucs_error("remapring: pid %d ring of %u slots of %u bytes does not "
+                  "match its control area (%u of %u)", ep->pid, info.nslots,
+                  info.block_size, ep->ctl->ring_slots, ep->ctl->block_size);
+        uct_remapring_ep_failed(ep, UCS_ERR_INVALID_PARAM);
+        return UCS_ERR_INVALID_PARAM;
+    }
+
+    status = UCS_ERR_UNSUPPORTED;
+    if (iface->tx.wire == UCT_REMAPRING_WIRE_SHM) {
+        status = uct_remapring_ep_shm_wire(ep, &info);
+    }
     if (status != UCS_OK) {
-        return status;
+        status = uct_remapring_wire_cma_create(ep->pid, info.view_addr,
+                                               (size_t)info.block_size *
+                                               info.nslots,
+                                               &ep->conn->ring, &ep->wire);
+        if (status != UCS_OK) {
+            return status;
+        }
     }
 
     status = uct_remapring_ring_writer_init(&ep->writer, &info, ep->wire);
@@ -246,6 +306,40 @@ uct_remapring_ep_connect(uct_remapring_ep_t *ep)
     return UCS_OK;
 }
 
+/* Every UCT_REMAPRING_EP_STALL_CHECK sends or pending checks refused for
+ * lack of credit, look whether the receiver still exists: the shm wire
+ * writes into memory that outlives it, so a dead receiver shows only as a
+ * ring that never drains. A zombie counts as gone (pidfd). */
+#define UCT_REMAPRING_EP_STALL_CHECK 1024
+
+static UCS_F_NOINLINE ucs_status_t
+uct_remapring_ep_stalled(uct_remapring_ep_t *ep)
+{
+    struct pollfd pfd;
+    int gone;
+
+    if ((ep->status != UCS_OK) ||
+        ((++ep->stalls % UCT_REMAPRING_EP_STALL_CHECK) != 0)) {
+        return (ep->status != UCS_OK) ? ep->status : UCS_ERR_NO_RESOURCE;
+    }
+
+    if (ep->pidfd >= 0) {
+        pfd.fd     = ep->pidfd;
+        pfd.events = POLLIN;
+        gone       = poll(&pfd, 1, 0) > 0;
+    } else {
+        gone = (kill(ep->pid, 0) < 0) && (errno == ESRCH);
+    }
+
+    if (!gone) {
+        return UCS_ERR_NO_RESOURCE;
+    }
+
+    ucs_debug("remapring: ep %p receiver pid %d exited", ep, ep->pid);
+    uct_remapring_ep_failed(ep, UCS_ERR_CONNECTION_RESET);
+    return ep->status;
+}
+
 static UCS_F_ALWAYS_INLINE ucs_status_t
 uct_remapring_ep_send(uct_remapring_ep_t *ep, uint8_t id,
                       const struct iovec *iov, size_t iovcnt)
@@ -257,13 +351,16 @@ uct_remapring_ep_send(uct_remapring_ep_t *ep, uint8_t id,
         if (status != UCS_OK) {
             return status;
         }
+    } else if (ucs_unlikely(ep->status != UCS_OK)) {
+        return ep->status;
     }
 
     status = uct_remapring_ring_writer_send(&ep->writer, id, 0, iov, iovcnt);
     if (ucs_likely(status == UCS_OK)) {
         uct_remapring_ctl_ring_bell(ep->ctl, ep->conn, ep->index);
-    } else if ((status != UCS_ERR_NO_RESOURCE) &&
-               (status != UCS_ERR_EXCEEDS_LIMIT)) {
+    } else if (status == UCS_ERR_NO_RESOURCE) {
+        return uct_remapring_ep_stalled(ep);
+    } else if (status != UCS_ERR_EXCEEDS_LIMIT) {
         uct_remapring_ep_failed(ep, status);
     }
 
@@ -540,7 +637,12 @@ static int uct_remapring_ep_can_send(uct_remapring_ep_t *ep, size_t length)
 
     ep->writer.limit = uct_remapring_wire_released_head(ep->wire) +
                        ep->writer.window_size;
-    return uct_remapring_ring_writer_has_credit(&ep->writer, length);
+    if (uct_remapring_ring_writer_has_credit(&ep->writer, length)) {
+        return 1;
+    }
+
+    /* a receiver found gone lets the pending queue run into the error */
+    return uct_remapring_ep_stalled(ep) != UCS_ERR_NO_RESOURCE;
 }
 
 static void uct_remapring_ep_block(uct_remapring_iface_t *iface,

@@ -29,6 +29,8 @@ struct uct_remapring_ep {
     int                         blocked;    /* on iface->tx.blocked */
     ucs_list_link_t             list;       /* in iface->tx.blocked */
     ucs_arbiter_group_t         arb_group;  /* pending requests */
+    int                         pidfd;      /* receiver, or -1 */
+    unsigned                    stalls;     /* sends refused for credit */
     uct_keepalive_info_t        keepalive;
 };
 

@@ -29,11 +29,28 @@
 #include <unistd.h>
 
 
+static const char *uct_remapring_wire_names[] = {
+    [UCT_REMAPRING_WIRE_SHM]  = "shm",
+    [UCT_REMAPRING_WIRE_CMA]  = "cma",
+    [UCT_REMAPRING_WIRE_LAST] = NULL
+};
+
 /* clang-format off */
 static ucs_config_field_t uct_remapring_iface_config_table[] = {
     {"", "", NULL,
      ucs_offsetof(uct_remapring_iface_config_t, super),
      UCS_CONFIG_TYPE_TABLE(uct_iface_config_table)},
+
+    {"WIRE", "shm",
+     "How this process writes into a receiver's ring:\n"
+     " shm - map the receiver's pool memfd and store through its shared slot\n"
+     "       table; no system call per message.\n"
+     " cma - process_vm_writev into the receiver's ring view, resolved by the\n"
+     "       kernel through its page tables (the model of RDMA WRITE to an\n"
+     "       ODP region); one system call per message.\n"
+     "A sender that cannot open the receiver's pool falls back to cma.",
+     ucs_offsetof(uct_remapring_iface_config_t, wire),
+     UCS_CONFIG_TYPE_ENUM(uct_remapring_wire_names)},
 
     {"BLOCK_SIZE", "64k",
      "Size of one receive pool block, which is also the size of one ring slot\n"
@@ -132,7 +149,8 @@ uct_remapring_iface_config_check(const uct_remapring_iface_config_t *config)
         return UCS_ERR_INVALID_PARAM;
     }
 
-    if ((config->max_peers < 1) || (config->max_peers > 4096)) {
+    if ((config->max_peers < 1) ||
+        (config->max_peers > UCT_REMAPRING_MAX_PEERS)) {
         ucs_error("remapring: REMAPRING_MAX_PEERS=%u must be between 1 and"
                   " 4096", config->max_peers);
         return UCS_ERR_INVALID_PARAM;
@@ -382,6 +400,10 @@ static void uct_remapring_rx_conn_accept(uct_remapring_iface_t *iface,
     params.nslots       = iface->rx.nslots;
     params.headroom     = UCT_REMAPRING_RING_HEADROOM;
     params.credit_batch = iface->rx.credit_batch;
+    params.shared_slots = uct_remapring_ctl_slot_table(iface->rx.ctl,
+                                                       iface->rx.max_peers,
+                                                       iface->rx.nslots,
+                                                       index);
     status = uct_remapring_ring_create(iface->rx.pool, &params, &conn->ring,
                                        &rx_conn->ring);
     if (status != UCS_OK) {
@@ -604,7 +626,8 @@ static ucs_status_t uct_remapring_iface_ctl_create(uct_remapring_iface_t *iface)
     size_t size;
     int fd;
 
-    size = ucs_align_up_pow2(uct_remapring_ctl_size(iface->rx.max_peers),
+    size = ucs_align_up_pow2(uct_remapring_ctl_size(iface->rx.max_peers,
+                                                    iface->rx.nslots),
                              ucs_get_page_size());
     ucs_snprintf_zero(name, sizeof(name), "remapring-ctl-%d", getpid());
     /* senders open it through /proc/<pid>/fd/<fd>, CLOEXEC does not matter */
@@ -634,7 +657,10 @@ static ucs_status_t uct_remapring_iface_ctl_create(uct_remapring_iface_t *iface)
     iface->rx.ctl->max_peers  = iface->rx.max_peers;
     iface->rx.ctl->iface_id   = iface->id;
     iface->rx.ctl->owner_pid  = getpid();
-    iface->rx.ctl->block_size = iface->rx.pool->block_size;
+    iface->rx.ctl->block_size  = iface->rx.pool->block_size;
+    iface->rx.ctl->pool_fd     = iface->rx.pool->fd;
+    iface->rx.ctl->pool_blocks = iface->rx.pool->max_blocks;
+    iface->rx.ctl->ring_slots  = iface->rx.nslots;
     __atomic_store_n(&iface->rx.ctl->magic, UCT_REMAPRING_CTL_MAGIC,
                      __ATOMIC_RELEASE);
     return UCS_OK;
@@ -744,6 +770,7 @@ static UCS_CLASS_INIT_FUNC(uct_remapring_iface_t, uct_md_h md,
     self->rx.idle_polls        = 0;
     self->rx.release_desc.cb   = uct_remapring_iface_release_desc;
     self->tx.max_short         = config->max_short;
+    self->tx.wire              = config->wire;
     self->tx.max_bcopy         = uct_remapring_ring_max_payload(
                                          config->block_size,
                                          UCT_REMAPRING_RING_HEADROOM);

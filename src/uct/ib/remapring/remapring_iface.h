@@ -25,14 +25,26 @@
 #define UCT_REMAPRING_RING_HEADROOM 256
 
 #define UCT_REMAPRING_CTL_MAGIC   0x6c74636972616d72ull /* "rmaric tl" */
-#define UCT_REMAPRING_CTL_VERSION 1
+#define UCT_REMAPRING_CTL_VERSION 2
+#define UCT_REMAPRING_MAX_PEERS   4096 /* largest MAX_PEERS */
 
 
 /**
  * Transport configuration (UCX_REMAPRING_*).
  */
+/**
+ * How a sender puts records into a receiver's ring.
+ */
+typedef enum {
+    UCT_REMAPRING_WIRE_SHM, /* stores into the receiver's mapped pool */
+    UCT_REMAPRING_WIRE_CMA, /* process_vm_writev into its ring view */
+    UCT_REMAPRING_WIRE_LAST
+} uct_remapring_wire_type_t;
+
+
 typedef struct uct_remapring_iface_config {
     uct_iface_config_t super;
+    uct_remapring_wire_type_t wire;  /* how this process sends */
     size_t             block_size;   /* bytes per pool block and ring slot */
     unsigned           ring_slots;   /* slots per sender's ring window */
     size_t             pool_max;     /* upper bound of the receive pool */
@@ -74,7 +86,9 @@ typedef struct uct_remapring_conn {
 
 
 /**
- * The receiver's shared control area: a header and max_peers connections.
+ * The receiver's shared control area: a header, max_peers connections and
+ * their slot tables (the mirror of each ring's slot -> pool block map,
+ * which the shm wire writes through).
  *
  * Doorbells: a sender that finds its connection armed disarms it (exchange)
  * and sets its bit in @a active, then the word's bit in @a summary. The
@@ -90,8 +104,13 @@ typedef struct uct_remapring_ctl {
     uint64_t iface_id;
     int32_t  owner_pid;
     uint32_t block_size;
+    int32_t  pool_fd;     /* pool memfd: /proc/<owner_pid>/fd/<pool_fd> */
+    uint32_t pool_blocks; /* largest number of blocks of the pool */
+    uint32_t ring_slots;  /* slots per ring, words per slot table */
+    uint32_t reserved;
     uint64_t summary UCS_V_ALIGNED(64);
-    uint64_t active[0] UCS_V_ALIGNED(64); /* max_peers bits, then conns */
+    uint64_t active[0] UCS_V_ALIGNED(64); /* max_peers bits, then conns,
+                                             then one slot table each */
 } uct_remapring_ctl_t;
 
 
@@ -150,6 +169,7 @@ typedef struct uct_remapring_iface {
         void                    *bounce;    /* am_bcopy packs here */
         size_t                  max_short;
         size_t                  max_bcopy;
+        uct_remapring_wire_type_t wire;
     } tx;
     struct {
         double                  bandwidth;
@@ -201,12 +221,44 @@ uct_remapring_ctl_conns(uct_remapring_ctl_t *ctl, unsigned max_peers)
 
 
 /**
- * Size of a control area for @a max_peers connections.
+ * Bytes of one connection's slot table of @a ring_slots entries.
  */
-static inline size_t uct_remapring_ctl_size(unsigned max_peers)
+static inline size_t uct_remapring_ctl_table_size(unsigned ring_slots)
+{
+    return ucs_align_up((size_t)ring_slots * sizeof(uint32_t), 64);
+}
+
+
+/**
+ * Offset of the slot tables in a control area of @a max_peers.
+ */
+static inline size_t uct_remapring_ctl_tables_offset(unsigned max_peers)
 {
     return uct_remapring_ctl_conns_offset(max_peers) +
-           (max_peers * sizeof(uct_remapring_conn_t));
+           ((size_t)max_peers * sizeof(uct_remapring_conn_t));
+}
+
+
+/**
+ * Size of a control area for @a max_peers connections of @a ring_slots.
+ */
+static inline size_t uct_remapring_ctl_size(unsigned max_peers,
+                                            unsigned ring_slots)
+{
+    return uct_remapring_ctl_tables_offset(max_peers) +
+           ((size_t)max_peers * uct_remapring_ctl_table_size(ring_slots));
+}
+
+
+/**
+ * Slot table of connection @a index in a control area.
+ */
+static inline uint32_t *
+uct_remapring_ctl_slot_table(uct_remapring_ctl_t *ctl, unsigned max_peers,
+                             unsigned ring_slots, unsigned index)
+{
+    return (uint32_t*)((char*)ctl + uct_remapring_ctl_tables_offset(max_peers) +
+                       (index * uct_remapring_ctl_table_size(ring_slots)));
 }
 
 

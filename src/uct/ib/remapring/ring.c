@@ -24,6 +24,19 @@ void uct_remapring_ring_params_default(uct_remapring_ring_params_t *params)
     params->nslots       = 16;
     params->headroom     = 256;
     params->credit_batch = 4;
+    params->shared_slots = NULL;
+}
+
+/* Back @a slot with @a block. The writer's mirror is stored before the slot
+ * is credited, and crediting is a store-release: a writer that saw the
+ * credit (load-acquire) reads the new block */
+static void uct_remapring_ring_set_slot(uct_remapring_ring_t *ring,
+                                        unsigned slot, uint32_t block)
+{
+    ring->slots[slot] = block;
+    if (ring->shared_slots != NULL) {
+        __atomic_store_n(&ring->shared_slots[slot], block, __ATOMIC_RELAXED);
+    }
 }
 
 static inline unsigned
@@ -94,7 +107,7 @@ static void uct_remapring_ring_credit(uct_remapring_ring_t *ring)
             pool->stats.ndetached++;
             pool->blocks[fresh].owner = ring;
             pool->blocks[fresh].slot  = slot;
-            ring->slots[slot]         = fresh;
+            uct_remapring_ring_set_slot(ring, slot, fresh);
             ring->stats.nremaps++;
         } else {
             ring->stats.nreuse++;
@@ -154,7 +167,8 @@ uct_remapring_ring_create(uct_remapring_pool_t *pool,
     ring->credit_batch =
             (uint64_t)ucs_max(1u, ucs_min(params->credit_batch, params->nslots))
             << pool->block_shift;
-    ring->status = UCS_OK;
+    ring->status       = UCS_OK;
+    ring->shared_slots = params->shared_slots;
     ucs_list_head_init(&ring->list);
 
     ring->slots = calloc(ring->nslots, sizeof(*ring->slots));
@@ -183,6 +197,7 @@ uct_remapring_ring_create(uct_remapring_pool_t *pool,
 
         pool->blocks[ring->slots[i]].owner = ring;
         pool->blocks[ring->slots[i]].slot  = i;
+        uct_remapring_ring_set_slot(ring, i, ring->slots[i]);
     }
 
     /* One mmap per run of consecutive blocks: a fresh pool gives one run, so

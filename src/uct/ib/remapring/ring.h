@@ -202,6 +202,8 @@ typedef struct uct_remapring_ring_params {
     unsigned nslots; /* power of two, >= 2 */
     unsigned headroom; /* room before the payload for descriptors */
     unsigned credit_batch; /* slots credited per released_head update */
+    uint32_t *shared_slots; /* NULL, or nslots words the writer reads: a
+                               mirror of the slot table (shm wire) */
 } uct_remapring_ring_params_t;
 
 
@@ -240,6 +242,7 @@ typedef struct uct_remapring_ring {
     uct_remapring_ring_ctl_t *ctl;
     void *view; /* ring view, W bytes */
     uint32_t *slots; /* slot -> pool block */
+    uint32_t *shared_slots; /* mirror of slots for the writer, or NULL */
     size_t block_size;
     unsigned block_shift;
     unsigned nslots;

@@ -169,6 +169,30 @@ ucs_status_t uct_remapring_wire_cma_create(pid_t pid, uint64_t remote_view,
                                            uct_remapring_ring_ctl_t *ctl,
                                            uct_remapring_wire_t **wire_p);
 
+/**
+ * Shared-memory wire: the writer maps the reader's pool (@a pool_fd, opened
+ * through /proc/<pid>/fd/<n>) and copies each segment into the block the
+ * reader's shared slot table names for its slot; no system call per
+ * message. Entries of the table that name no block of the pool are refused
+ * with UCS_ERR_INVALID_ADDR.
+ *
+ * @param [in]  pool_fd      Reader's pool memfd; the wire maps it, the
+ *                           caller keeps (and may close) the fd.
+ * @param [in]  block_size   Reader's block size B.
+ * @param [in]  pool_blocks  Largest number of blocks the pool may have.
+ * @param [in]  slot_table   window_size / B words, written by the reader.
+ * @param [in]  window_size  Size of the ring window.
+ * @param [in]  ctl          Ring control area, mapped in this process.
+ * @param [out] wire_p       New wire.
+ */
+ucs_status_t uct_remapring_wire_shm_create(int pool_fd, size_t block_size,
+                                           uint32_t pool_blocks,
+                                           const uint32_t *slot_table,
+                                           size_t window_size,
+                                           uct_remapring_ring_ctl_t *ctl,
+                                           uct_remapring_wire_t **wire_p);
+
+
 END_C_DECLS
 
 #endif

@@ -1,0 +1,150 @@
+/**
+ * Copyright (C) remapring authors. ALL RIGHTS RESERVED.
+ *
+ * See file LICENSE for terms.
+ */
+
+#ifndef _GNU_SOURCE
+#define _GNU_SOURCE
+#endif
+
+#include <uct/ib/remapring/ring.h>
+#include <uct/ib/remapring/ring_wire.h>
+
+#include <ucs/arch/bitops.h>
+#include <ucs/debug/log_def.h>
+#include <ucs/sys/math.h>
+
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+
+
+/*
+ * The writer maps the reader's whole pool (its memfd) and finds the block
+ * under a slot in the reader's slot table, which the reader mirrors into
+ * shared memory: the table plays the NIC's page table. The reader changes a
+ * slot's entry only before it credits the slot (release), and the writer
+ * writes a slot only after it saw that credit (acquire), so an entry read
+ * here is the one the reader will read the record from. An entry naming no
+ * block of the pool is refused, never followed. The pool only grows; a
+ * reader that shrinks its memfd under us would fault us, the trust UCX's
+ * own shared-memory transports place in a peer of the same user.
+ */
+typedef struct uct_remapring_wire_shm {
+    uct_remapring_wire_t     super;
+    char                     *pool;        /* reader's pool, mapped here */
+    size_t                   pool_size;    /* pool_blocks << block_shift */
+    uint32_t                 pool_blocks;  /* entries must be below this */
+    unsigned                 block_shift;  /* log2(B) */
+    const uint32_t           *slot_table;  /* nslots words, reader writes */
+    uct_remapring_ring_ctl_t *ctl;         /* shared control words */
+} uct_remapring_wire_shm_t;
+
+
+static ucs_status_t
+uct_remapring_wire_shm_write(uct_remapring_wire_t *wire,
+                             const uct_remapring_wire_seg_t *segs,
+                             unsigned nsegs)
+{
+    uct_remapring_wire_shm_t *shm = (uct_remapring_wire_shm_t*)wire;
+    size_t block_mask             = UCS_MASK(shm->block_shift);
+    size_t pos, in_block;
+    uint32_t block;
+    unsigned i;
+
+    for (i = 0; i < nsegs; ++i) {
+        pos      = uct_remapring_wire_view_pos(wire, segs[i].offset);
+        block    = __atomic_load_n(&shm->slot_table[pos >> shm->block_shift],
+                                   __ATOMIC_RELAXED);
+        in_block = pos & block_mask;
+        if (ucs_unlikely((block >= shm->pool_blocks) ||
+                         (in_block + segs[i].length > block_mask + 1))) {
+            ucs_error("shm wire %p: slot %zu names block %u of %u for %zu "
+                      "bytes at %zu: not in the pool",
+                      shm, pos >> shm->block_shift, block, shm->pool_blocks,
+                      segs[i].length, in_block);
+            return UCS_ERR_INVALID_ADDR;
+        }
+
+        memcpy(shm->pool + ((size_t)block << shm->block_shift) + in_block,
+               segs[i].buffer, segs[i].length);
+    }
+
+    return UCS_OK;
+}
+
+static void
+uct_remapring_wire_shm_publish_tail(uct_remapring_wire_t *wire, uint64_t tail)
+{
+    /* plain stores to shared memory above; the release store orders the
+     * tail after them for the reader's load-acquire */
+    uct_remapring_ring_ctl_store_tail(((uct_remapring_wire_shm_t*)wire)->ctl,
+                                      tail);
+}
+
+static uint64_t uct_remapring_wire_shm_released_head(uct_remapring_wire_t *wire)
+{
+    return uct_remapring_ring_ctl_load_released(
+            ((uct_remapring_wire_shm_t*)wire)->ctl);
+}
+
+static void uct_remapring_wire_shm_destroy(uct_remapring_wire_t *wire)
+{
+    uct_remapring_wire_shm_t *shm = (uct_remapring_wire_shm_t*)wire;
+
+    munmap(shm->pool, shm->pool_size);
+    free(shm);
+}
+
+static const uct_remapring_wire_ops_t uct_remapring_wire_shm_ops = {
+    .write         = uct_remapring_wire_shm_write,
+    .publish_tail  = uct_remapring_wire_shm_publish_tail,
+    .released_head = uct_remapring_wire_shm_released_head,
+    .destroy       = uct_remapring_wire_shm_destroy
+};
+
+ucs_status_t uct_remapring_wire_shm_create(int pool_fd, size_t block_size,
+                                           uint32_t pool_blocks,
+                                           const uint32_t *slot_table,
+                                           size_t window_size,
+                                           uct_remapring_ring_ctl_t *ctl,
+                                           uct_remapring_wire_t **wire_p)
+{
+    uct_remapring_wire_shm_t *shm;
+
+    if (!ucs_is_pow2(block_size) || (window_size < block_size) ||
+        (pool_blocks == 0) ||
+        (pool_blocks > (SIZE_MAX >> ucs_ilog2(block_size)))) {
+        ucs_error("shm wire: invalid geometry: block size %zu window %zu "
+                  "pool blocks %u", block_size, window_size, pool_blocks);
+        return UCS_ERR_INVALID_PARAM;
+    }
+
+    shm = calloc(1, sizeof(*shm));
+    if (shm == NULL) {
+        ucs_error("failed to allocate shm wire");
+        return UCS_ERR_NO_MEMORY;
+    }
+
+    shm->super.ops         = &uct_remapring_wire_shm_ops;
+    shm->super.window_size = window_size;
+    shm->block_shift       = ucs_ilog2(block_size);
+    shm->pool_blocks       = pool_blocks;
+    shm->pool_size         = (size_t)pool_blocks << shm->block_shift;
+    shm->slot_table        = slot_table;
+    shm->ctl               = ctl;
+    shm->pool              = mmap(NULL, shm->pool_size, PROT_READ | PROT_WRITE,
+                                  MAP_SHARED | MAP_NORESERVE, pool_fd, 0);
+    if (shm->pool == MAP_FAILED) {
+        ucs_error("shm wire: mmap(pool fd %d, %zu) failed: %m", pool_fd,
+                  shm->pool_size);
+        free(shm);
+        return UCS_ERR_NO_MEMORY;
+    }
+
+    *wire_p = &shm->super;
+    ucs_debug("shm wire %p pool %p size %zu window %zu", shm, shm->pool,
+              shm->pool_size, window_size);
+    return UCS_OK;
+}
