@@ -17,7 +17,7 @@ packages=(
     # tests
     libgtest-dev cmake python3 iproute2 valgrind
     # MPI end to end
-    openmpi-bin libopenmpi-dev mpich libmpich-dev
+    openmpi-bin libopenmpi-dev mpich libmpich-dev python3-mpi4py
 )
 
 missing=()

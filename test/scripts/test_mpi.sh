@@ -27,13 +27,15 @@ export OMPI_MCA_plm_rsh_agent=false    # never ssh: everything is local
 export UCX_TLS=remapring,self UCX_LOG_LEVEL=info
 export LD_PRELOAD=$REMAPRING_MODULE
 
-# check_lanes NAME OUT: every rank's ep_cfg lines name remapring and nothing
-# but remapring or self
+# check_lanes NAME OUT: every rank's ep_cfg lines (in its own UCX log file,
+# OUT.ucx.<pid>: ranks writing one stream may interleave their lines) name
+# remapring and nothing but remapring or self
 check_lanes() {
     local name=$1 out=$2 pids lanes
-    pids=$(grep "ep_cfg\[.*remapring/memory" "$out" |
-           sed -n 's/.*\[[^:]*:\([0-9]*\):[0-9]*\].*/\1/p' | sort -u | wc -l)
-    lanes=$(grep "ep_cfg\[" "$out" | sed 's/.*INFO *//' | sort -u)
+    pids=$(grep -l "ep_cfg\[.*remapring/memory" "$out".ucx.* 2>/dev/null |
+           wc -l)
+    lanes=$(cat "$out".ucx.* 2>/dev/null | grep "ep_cfg\[" |
+            sed 's/.*INFO *//' | sort -u)
     echo "   lanes: $(echo $lanes)"
     [ "$pids" -ge 2 ] ||
         fail "$name: remapring carries the traffic of $pids rank(s), not 2"
@@ -49,7 +51,7 @@ run_app() {
     local name=$1 out=$2 start=$SECONDS rc
     shift 2
     note "$name"
-    timeout 90 "$@" > "$out" 2>&1
+    UCX_LOG_FILE=$out.ucx.%p timeout 90 "$@" > "$out" 2>&1
     rc=$?
     grep -v "UCX  INFO\|UCX  DIAG\|^\[.*\] *$" "$out" | sed 's/^/   /'
     echo "   ($((SECONDS - start)) s)"
@@ -70,7 +72,7 @@ then
             fail "mpicc.openmpi"
         run_app "Open MPI, pml ucx" "$tmp/ompi.out" \
             mpirun.openmpi --allow-run-as-root --oversubscribe -np 2 \
-                -x LD_PRELOAD -x UCX_TLS -x UCX_LOG_LEVEL \
+                -x LD_PRELOAD -x UCX_TLS -x UCX_LOG_LEVEL -x UCX_LOG_FILE \
                 --mca pml ucx --mca pml_ucx_tls any \
                 --mca pml_ucx_devices any --mca osc ucx \
                 --mca btl self "$tmp/pp_ompi" ${MPI_PINGPONG_ARGS:-}
@@ -127,7 +129,7 @@ sys.exit(1 if total else 0)
 EOF
     run_app "mpi4py over Open MPI" "$tmp/py.out" \
         mpirun.openmpi --allow-run-as-root --oversubscribe -np 2 \
-            -x LD_PRELOAD -x UCX_TLS -x UCX_LOG_LEVEL \
+            -x LD_PRELOAD -x UCX_TLS -x UCX_LOG_LEVEL -x UCX_LOG_FILE \
             --mca pml ucx --mca pml_ucx_tls any --mca pml_ucx_devices any \
             --mca btl self /usr/bin/python3 "$tmp/pp.py"
 else
