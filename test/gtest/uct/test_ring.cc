@@ -74,6 +74,7 @@ protected:
         unsigned init_blocks  = 8;
         unsigned grow_blocks  = 8;
         unsigned max_blocks   = 256;
+        bool shm              = false; /* shm wire, table-only ring */
     };
 
     void SetUp() override
@@ -110,12 +111,24 @@ protected:
         ring_params.nslots       = cfg.nslots;
         ring_params.headroom     = cfg.headroom;
         ring_params.credit_batch = cfg.credit_batch;
+        if (cfg.shm) {
+            m_shared_slots.assign(cfg.nslots, UINT32_MAX);
+            ring_params.shared_slots = m_shared_slots.data();
+            ring_params.remap_view   = 0;
+        }
         ASSERT_EQ(UCS_OK, uct_remapring_ring_create(m_pool, &ring_params, m_ctl,
                                                     &m_ring));
 
-        ASSERT_EQ(UCS_OK, uct_remapring_wire_local_create(m_ring->view,
-                                                          m_ring->window_size,
-                                                          m_ctl, &m_wire));
+        if (cfg.shm) {
+            ASSERT_EQ(UCS_OK, uct_remapring_wire_shm_create(
+                                      m_pool->fd, cfg.block_size,
+                                      cfg.max_blocks, m_shared_slots.data(),
+                                      m_ring->window_size, m_ctl, &m_wire));
+        } else {
+            ASSERT_EQ(UCS_OK, uct_remapring_wire_local_create(
+                                      m_ring->view, m_ring->window_size,
+                                      m_ctl, &m_wire));
+        }
         uct_remapring_ring_get_info(m_ring, &info);
         ASSERT_EQ(UCS_OK,
                   uct_remapring_ring_writer_init(&m_writer, &info, m_wire));
@@ -270,6 +283,7 @@ protected:
     uct_remapring_pool_t *m_pool    = NULL;
     uct_remapring_ring_t *m_ring    = NULL;
     uct_remapring_wire_t *m_wire    = NULL;
+    std::vector<uint32_t> m_shared_slots;
     uct_remapring_ring_writer_t m_writer;
     uint64_t m_send_seq = 0;
     uint64_t m_recv_seq = 0;
@@ -417,6 +431,57 @@ TEST_F(test_ring, hold_every_kth)
     EXPECT_EQ(0u, ps.nheld_blocks);
     EXPECT_EQ(0u, ps.ndetached);
     EXPECT_EQ(ps.nblocks - cfg.nslots, ps.nfree);
+}
+
+/* The shm wire writes through the shared slot table: held blocks are
+ * swapped in the table only, never mmap()ed, and every held byte stays */
+TEST_F(test_ring, shm_wire_hold_every_kth_without_mmap)
+{
+    config cfg;
+    cfg.max_blocks = 64;
+    cfg.shm        = true;
+    init(cfg);
+    std::uniform_int_distribution<size_t> size_dist(0, capacity());
+
+    for (unsigned n = 0; n < 20000; ++n) {
+        while (send(size_dist(m_rng) / (1 + n % 4)) == UCS_ERR_NO_RESOURCE) {
+            drain([](uint64_t seq) { return (seq % 3) == 0; });
+            while (m_held.size() > 40) {
+                std::uniform_int_distribution<size_t> pick(0,
+                                                           m_held.size() - 1);
+                release(pick(m_rng));
+            }
+        }
+    }
+    drain([](uint64_t seq) { return (seq % 3) == 0; });
+    EXPECT_EQ(m_send_seq, m_recv_seq);
+
+    EXPECT_GT(ring_stats().nremaps, 0u) << "no held block was swapped";
+    EXPECT_EQ(0u, pool_stats().nremaps) << "a table-only ring called mmap";
+    for (unsigned i = 0; i < cfg.nslots; ++i) {
+        EXPECT_EQ(m_ring->slots[i], m_shared_slots[i]) << "slot " << i;
+    }
+    for (const held_rec &h : m_held) {
+        check_held(h);
+    }
+    release_all_shuffled();
+    EXPECT_EQ(0u, pool_stats().nheld_blocks);
+}
+
+/* A slot table entry that names no block of the pool is refused */
+TEST_F(test_ring, shm_wire_bad_table_entry)
+{
+    config cfg;
+    cfg.shm = true;
+    init(cfg);
+    ASSERT_EQ(UCS_OK, send(100));
+    m_shared_slots[0] = cfg.max_blocks;
+    m_shared_slots[1] = UINT32_MAX;
+    ucs_status_t status;
+    do {
+        status = send(100);
+    } while (status == UCS_OK);
+    EXPECT_EQ(UCS_ERR_INVALID_ADDR, status);
 }
 
 TEST_F(test_ring, hold_across_many_laps)

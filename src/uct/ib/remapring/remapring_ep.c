@@ -81,6 +81,25 @@ err_close:
     return UCS_ERR_UNREACHABLE;
 }
 
+/* For the shm wire: open the receiver's pool memfd. A failure (another
+ * user's process, a hardened /proc) leaves the cma wire, which needs only
+ * ptrace access */
+static int uct_remapring_ep_open_pool(uct_remapring_ep_t *ep)
+{
+    char path[64];
+    int fd;
+
+    ucs_snprintf_zero(path, sizeof(path), "/proc/%d/fd/%d", ep->pid,
+                      ep->ctl->pool_fd);
+    fd = open(path, O_RDWR | O_CLOEXEC);
+    if (fd < 0) {
+        ucs_diag("remapring: cannot open pool %s of pid %d (%m), using the "
+                 "cma wire", path, ep->pid);
+    }
+
+    return fd;
+}
+
 /* Claim a free connection slot and ring its doorbell, so the receiver makes
  * our ring on its next progress */
 static ucs_status_t uct_remapring_ep_claim(uct_remapring_ep_t *ep)
@@ -110,8 +129,10 @@ static ucs_status_t uct_remapring_ep_claim(uct_remapring_ep_t *ep)
     ep->index               = index;
     ep->conn->sender_pid    = getpid();
     ep->conn->sender_id     = (uintptr_t)ep;
-    /* the state word is already CLAIMED: the receiver reads sender_pid after
-     * its doorbell, which the release below orders */
+    ep->conn->wire          = (ep->pool_fd >= 0) ? UCT_REMAPRING_WIRE_SHM :
+                                                   UCT_REMAPRING_WIRE_CMA;
+    /* the state word is already CLAIMED: the receiver reads sender_pid and
+     * wire after its doorbell, which the release below orders */
     __atomic_store_n(&ep->conn->armed, 1, __ATOMIC_RELEASE);
     uct_remapring_ctl_ring_bell(ep->ctl, ep->conn, ep->index);
     return UCS_OK;
@@ -155,6 +176,9 @@ static UCS_CLASS_INIT_FUNC(uct_remapring_ep_t, const uct_ep_params_t *params)
         goto err_close;
     }
 
+    self->pool_fd = (iface->tx.wire == UCT_REMAPRING_WIRE_SHM) ?
+                    uct_remapring_ep_open_pool(self) : -1;
+
     status = uct_remapring_ep_claim(self);
     if (status != UCS_OK) {
         goto err_unmap;
@@ -166,6 +190,9 @@ static UCS_CLASS_INIT_FUNC(uct_remapring_ep_t, const uct_ep_params_t *params)
     return UCS_OK;
 
 err_unmap:
+    if (self->pool_fd >= 0) {
+        close(self->pool_fd);
+    }
     munmap(self->ctl, self->ctl_size);
 err_close:
     if (self->pidfd >= 0) {
@@ -192,6 +219,9 @@ static UCS_CLASS_CLEANUP_FUNC(uct_remapring_ep_t)
     __atomic_store_n(&self->conn->armed, 1, __ATOMIC_RELAXED);
     uct_remapring_ctl_ring_bell(self->ctl, self->conn, self->index);
     munmap(self->ctl, self->ctl_size);
+    if (self->pool_fd >= 0) {
+        close(self->pool_fd);
+    }
     if (self->pidfd >= 0) {
         close(self->pidfd);
     }
@@ -215,33 +245,23 @@ static void uct_remapring_ep_failed(uct_remapring_ep_t *ep, ucs_status_t status)
                            NULL);
 }
 
-/* The shm wire: map the receiver's pool through /proc/<pid>/fd/<n>. Any
- * failure (another user's process, a hardened /proc) leaves the cma wire,
- * which needs only ptrace access */
+/* The shm wire: map the receiver's pool through /proc/<pid>/fd/<n>, after
+ * the claim declared the wire (the receiver then keeps its ring view as it
+ * is, so there is no going back to cma) */
 static ucs_status_t
 uct_remapring_ep_shm_wire(uct_remapring_ep_t *ep,
                           const uct_remapring_ring_info_t *info)
 {
-    char path[64];
     ucs_status_t status;
-    int fd;
-
-    ucs_snprintf_zero(path, sizeof(path), "/proc/%d/fd/%d", ep->pid,
-                      ep->ctl->pool_fd);
-    fd = open(path, O_RDWR | O_CLOEXEC);
-    if (fd < 0) {
-        ucs_diag("remapring: cannot open pool %s of pid %d (%m), using the "
-                 "cma wire", path, ep->pid);
-        return UCS_ERR_UNREACHABLE;
-    }
 
     status = uct_remapring_wire_shm_create(
-            fd, info->block_size, ep->ctl->pool_blocks,
+            ep->pool_fd, info->block_size, ep->ctl->pool_blocks,
             uct_remapring_ctl_slot_table(ep->ctl, ep->ctl->max_peers,
                                          ep->ctl->ring_slots, ep->index),
             (size_t)info->block_size * info->nslots, &ep->conn->ring,
             &ep->wire);
-    close(fd);
+    close(ep->pool_fd);
+    ep->pool_fd = -1;
     return status;
 }
 
@@ -250,8 +270,6 @@ uct_remapring_ep_shm_wire(uct_remapring_ep_t *ep,
 static UCS_F_NOINLINE ucs_status_t
 uct_remapring_ep_connect(uct_remapring_ep_t *ep)
 {
-    uct_remapring_iface_t *iface = ucs_derived_of(ep->super.super.iface,
-                                                  uct_remapring_iface_t);
     uct_remapring_ring_info_t info;
     ucs_status_t status;
 
@@ -281,18 +299,17 @@ uct_remapring_ep_connect(uct_remapring_ep_t *ep)
         return UCS_ERR_INVALID_PARAM;
     }
 
-    status = UCS_ERR_UNSUPPORTED;
-    if (iface->tx.wire == UCT_REMAPRING_WIRE_SHM) {
+    if (ep->pool_fd >= 0) {
         status = uct_remapring_ep_shm_wire(ep, &info);
-    }
-    if (status != UCS_OK) {
+    } else {
         status = uct_remapring_wire_cma_create(ep->pid, info.view_addr,
                                                (size_t)info.block_size *
                                                info.nslots,
                                                &ep->conn->ring, &ep->wire);
-        if (status != UCS_OK) {
-            return status;
-        }
+    }
+    if (status != UCS_OK) {
+        uct_remapring_ep_failed(ep, status);
+        return status;
     }
 
     status = uct_remapring_ring_writer_init(&ep->writer, &info, ep->wire);

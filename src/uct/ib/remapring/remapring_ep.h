@@ -30,6 +30,8 @@ struct uct_remapring_ep {
     ucs_list_link_t             list;       /* in iface->tx.blocked */
     ucs_arbiter_group_t         arb_group;  /* pending requests */
     int                         pidfd;      /* receiver, or -1 */
+    int                         pool_fd;    /* its pool until the shm wire
+                                               maps it, or -1 (cma) */
     unsigned                    stalls;     /* sends refused for credit */
     uct_keepalive_info_t        keepalive;
 };

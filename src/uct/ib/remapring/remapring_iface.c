@@ -404,6 +404,9 @@ static void uct_remapring_rx_conn_accept(uct_remapring_iface_t *iface,
                                                        iface->rx.max_peers,
                                                        iface->rx.nslots,
                                                        index);
+    /* a sender on the shm wire follows the slot table only: held blocks
+     * are swapped in the table, without mmap */
+    params.remap_view   = (conn->wire != UCT_REMAPRING_WIRE_SHM);
     status = uct_remapring_ring_create(iface->rx.pool, &params, &conn->ring,
                                        &rx_conn->ring);
     if (status != UCS_OK) {

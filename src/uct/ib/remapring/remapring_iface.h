@@ -80,6 +80,7 @@ typedef struct uct_remapring_conn {
     uint32_t                 state      UCS_V_ALIGNED(64); /* both sides */
     int32_t                  sender_pid;                   /* sender */
     uint64_t                 sender_id;                    /* sender */
+    uint32_t                 wire;     /* sender: uct_remapring_wire_type_t */
     uint32_t                 armed      UCS_V_ALIGNED(64); /* receiver */
     uct_remapring_ring_ctl_t ring;
 } UCS_V_ALIGNED(64) uct_remapring_conn_t;

@@ -25,6 +25,7 @@ void uct_remapring_ring_params_default(uct_remapring_ring_params_t *params)
     params->headroom     = 256;
     params->credit_batch = 4;
     params->shared_slots = NULL;
+    params->remap_view   = 1;
 }
 
 /* Back @a slot with @a block. The writer's mirror is stored before the slot
@@ -90,7 +91,10 @@ static void uct_remapring_ring_credit(uct_remapring_ring_t *ring)
                 break;
             }
 
-            status = uct_remapring_pool_remap(pool, fresh,
+            /* a writer through the slot table follows the table alone: no
+             * system call */
+            status = !ring->remap_view ? UCS_OK :
+                     uct_remapring_pool_remap(pool, fresh,
                                               (char *)ring->view +
                                                       ((size_t)slot
                                                        << ring->block_shift));
@@ -141,6 +145,7 @@ uct_remapring_ring_create(uct_remapring_pool_t *pool,
     unsigned i, run;
 
     if (!ucs_is_pow2(params->nslots) || (params->nslots < 2) ||
+        (!params->remap_view && (params->shared_slots == NULL)) ||
         (uct_remapring_ring_payload_offset(params->headroom) >
          pool->block_size / 2) ||
         (((uintptr_t)ctl % UCT_REMAPRING_RING_ALIGN) != 0)) {
@@ -169,6 +174,7 @@ uct_remapring_ring_create(uct_remapring_pool_t *pool,
             << pool->block_shift;
     ring->status       = UCS_OK;
     ring->shared_slots = params->shared_slots;
+    ring->remap_view   = params->remap_view;
     ucs_list_head_init(&ring->list);
 
     ring->slots = calloc(ring->nslots, sizeof(*ring->slots));

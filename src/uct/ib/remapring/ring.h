@@ -44,6 +44,9 @@
  * is credited (released_head passes it) only once it is backed by a block
  * without holds, in slot order: held data is never overwritten, and with no
  * free block the writer waits (back-pressure) until a hold is released.
+ * A writer that finds blocks through a shared copy of the slot table (the
+ * shm wire) needs no mmap at all: the table entry changes before the slot
+ * is credited, and the ring view is left as it was (remap_view = 0).
  *
  * Threads: the writer side (uct_remapring_ring_writer_*) runs in one thread,
  * possibly another process. Every reader-side call (poll, consume, release,
@@ -204,6 +207,10 @@ typedef struct uct_remapring_ring_params {
     unsigned credit_batch; /* slots credited per released_head update */
     uint32_t *shared_slots; /* NULL, or nslots words the writer reads: a
                                mirror of the slot table (shm wire) */
+    int remap_view; /* 1: a held block is replaced in the ring view too
+                       (mmap); 0: only in the slot tables, for a writer
+                       that writes through shared_slots and never through
+                       the view */
 } uct_remapring_ring_params_t;
 
 
@@ -243,6 +250,7 @@ typedef struct uct_remapring_ring {
     void *view; /* ring view, W bytes */
     uint32_t *slots; /* slot -> pool block */
     uint32_t *shared_slots; /* mirror of slots for the writer, or NULL */
+    int remap_view; /* see uct_remapring_ring_params_t */
     size_t block_size;
     unsigned block_shift;
     unsigned nslots;
