@@ -153,8 +153,12 @@ static ucs_config_field_t ucs_ummunotify_config_table[] = {
      "notifier client (all memory the remapring memory domain registered).\n"
      "Does not cover: memory no notifier client watches, e.g. what other\n"
      "memory domains (ib, ...) register in their own caches; hooks already\n"
-     "installed stay installed. Requires the uffd engine and is read once,\n"
-     "when the library is loaded.",
+     "installed stay installed. Timing: the monitor reports the range to UCM\n"
+     "before the unmapping call returns, taken from the blocked call's\n"
+     "arguments in /proc/self/task/<tid>/syscall; when two threads unmap\n"
+     "watched memory at the same moment, one of them may be reported only\n"
+     "after its call returned (microseconds later). Requires the uffd engine\n"
+     "and is read once, when the library is loaded.",
      ucs_offsetof(ucs_ummunotify_config_t, ucm_external),
      UCS_CONFIG_TYPE_BOOL},
 

@@ -133,4 +133,58 @@ void ucs_ummunotify_ucm_bridge_init(void);
  */
 int ucs_ummunotify_ucm_is_external(void);
 
+
+/* What the pre-report did (ummunotify_prereport.c); written by the monitor
+ * only, read with relaxed loads. */
+typedef struct {
+    uint64_t scans;    /* scans of the task list, one per event read */
+    uint64_t covered;  /* events whose range a scan had reported */
+    uint64_t missed;   /* events reported only after read() */
+} ucs_ummunotify_prereport_stats_t;
+
+extern ucs_ummunotify_prereport_stats_t ucs_ummunotify_prereport_stats;
+
+
+/**
+ * Pre-report: open /proc/self/task. Called by the uffd engine's start when
+ * UCM_EVENT_VM_UNMAPPED is external and reports go to UCM.
+ *
+ * @return Nonzero if the pre-report is active; zero (logged at debug) if
+ *         the task list cannot be read: events are then reported after
+ *         read() only.
+ */
+int ucs_ummunotify_prereport_open(void);
+
+
+/**
+ * Pre-report: close what open() and the scans opened. Called by the uffd
+ * engine's stop and in a fork() child; safe when not active.
+ */
+void ucs_ummunotify_prereport_close(void);
+
+
+/**
+ * @return Nonzero between a successful open() and close().
+ */
+int ucs_ummunotify_prereport_active(void);
+
+
+/**
+ * Pre-report: report to UCM the range every other thread of the process is
+ * unmapping or remapping in a system call, as its arguments say. Called by
+ * the monitor when the userfaultfd is readable, before read(), active only.
+ *
+ * @param [in] woken  Nonzero if the userfaultfd was readable right after the
+ *                    last read(): threads waiting on an event may have been
+ *                    woken by its completion; look again at running ones.
+ */
+void ucs_ummunotify_prereport(int woken);
+
+
+/**
+ * Pre-report: count whether [start, end), an event read after the last
+ * scan, was within a range that scan reported.
+ */
+void ucs_ummunotify_prereport_check(uintptr_t start, uintptr_t end);
+
 #endif

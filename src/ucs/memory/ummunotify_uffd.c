@@ -90,6 +90,7 @@ static struct {
     ucs_uffd_monitor_state_t state;
     uint64_t                 features;
     uint64_t                 spin_ns;
+    int                      prereport;  /* ummunotify_prereport.c */
 } ucs_uffd = {
     .fd        = -1,
     .exit_pipe = {-1, -1},
@@ -198,22 +199,45 @@ static void ucs_uffd_resolve_fault(const struct uffd_msg *msg)
     ioctl(ucs_uffd.fd, UFFDIO_WRITEPROTECT, &wp);
 }
 
+/* Whether an event is queued. */
+static int ucs_uffd_readable(void)
+{
+    struct pollfd pfd = {.fd = ucs_uffd.fd, .events = POLLIN};
+
+    return poll(&pfd, 1, 0) > 0;
+}
+
 /*
  * Read and apply what the kernel queued. Returns 1 if there may be more
- * (a full batch was read), 0 if not, -1 on a fatal error.
+ * (a full batch was read; with the pre-report: one is queued), 0 if not, -1
+ * on a fatal error. 'again': the last call returned 1.
  */
-static int ucs_uffd_handle(void)
+static int ucs_uffd_handle(int again)
 {
     struct uffd_msg msgs[UCS_UFFD_READ_BATCH];
     ucs_ummunotify_range_t report[UCS_UFFD_READ_BATCH];
     unsigned i, r, count, nreport = 0;
     ucs_ummunotify_event_type_t type;
+    size_t batch;
     ssize_t ret;
+
+    /*
+     * With the pre-report, UCM learns the range from the arguments of the
+     * blocked call before read() lets it return. Then read one event at a
+     * time: the oldest one, queued before the scan, so its thread was seen
+     * asleep in the call (see ummunotify_prereport.c).
+     */
+    if (ucs_uffd.prereport) {
+        ucs_ummunotify_prereport(again);
+        batch = 1;
+    } else {
+        batch = UCS_UFFD_READ_BATCH;
+    }
 
     /* odd before read(): the munmap() caller is released by the read */
     ucs_ummunotify_seq_begin();
 
-    ret = read(ucs_uffd.fd, msgs, sizeof(msgs));
+    ret = read(ucs_uffd.fd, msgs, batch * sizeof(msgs[0]));
     if (ret < 0) {
         ucs_ummunotify_seq_end();
         if ((errno == EAGAIN) || (errno == EINTR)) {
@@ -259,6 +283,12 @@ static int ucs_uffd_handle(void)
         }
     }
 
+    if (ucs_uffd.prereport) {
+        for (i = 0; i < nreport; ++i) {
+            ucs_ummunotify_prereport_check(report[i].start, report[i].end);
+        }
+    }
+
     if (ucs_ummunotify_config.ucm_report) {
         for (i = 0; i < nreport; ++i) {
             ucs_ummunotify_ucm_report(report[i].start, report[i].end);
@@ -286,7 +316,10 @@ static int ucs_uffd_handle(void)
     ucs_ummunotify_unlock();
 
     ucs_ummunotify_seq_end();
-    return count == UCS_UFFD_READ_BATCH;
+    if (ucs_uffd.prereport) {
+        return ucs_uffd_readable();
+    }
+    return (count == UCS_UFFD_READ_BATCH);
 }
 
 static void *ucs_uffd_monitor(void *arg)
@@ -332,8 +365,9 @@ static void *ucs_uffd_monitor(void *arg)
         }
 
         /* drain everything queued, then spin */
+        ret = 0;
         do {
-            ret = ucs_uffd_handle();
+            ret = ucs_uffd_handle(ret);
         } while (ret > 0);
         if (ret < 0) {
             break;
@@ -367,6 +401,11 @@ static ucs_status_t ucs_uffd_start(char *why, size_t max)
 
     ucs_uffd.spin_ns = (uint64_t)(ucs_ummunotify_config.spin * 1e9);
 
+    /* with UCM's hooks on, UCM reports before the unmap: nothing to gain */
+    ucs_uffd.prereport = ucs_ummunotify_config.ucm_report &&
+                         ucs_ummunotify_ucm_is_external() &&
+                         ucs_ummunotify_prereport_open();
+
     /* no signal handler may run on the monitor: one that unmaps watched
      * memory would deadlock it */
     sigfillset(&all);
@@ -390,14 +429,17 @@ static ucs_status_t ucs_uffd_start(char *why, size_t max)
     }
 
     ucs_uffd.state = UCS_UFFD_MONITOR_RUNNING;
-    snprintf(why, max, "fd %d features 0x%llx spin %llu ns%s", ucs_uffd.fd,
-             (unsigned long long)ucs_uffd.features,
+    snprintf(why, max, "fd %d features 0x%llx spin %llu ns%s%s",
+             ucs_uffd.fd, (unsigned long long)ucs_uffd.features,
              (unsigned long long)ucs_uffd.spin_ns,
              (ucs_uffd.features & UFFD_FEATURE_WP_ASYNC) ?
-             ", file mappings watchable" : "");
+             ", file mappings watchable" : "",
+             ucs_uffd.prereport ? ", pre-report to ucm" : "");
     return UCS_OK;
 
 err_close_pipe:
+    ucs_ummunotify_prereport_close();
+    ucs_uffd.prereport = 0;
     close(ucs_uffd.exit_pipe[0]);
     close(ucs_uffd.exit_pipe[1]);
     ucs_uffd.exit_pipe[0] = ucs_uffd.exit_pipe[1] = -1;
@@ -426,8 +468,10 @@ static void ucs_uffd_stop(void)
     close(ucs_uffd.fd);
     close(ucs_uffd.exit_pipe[0]);
     close(ucs_uffd.exit_pipe[1]);
+    ucs_ummunotify_prereport_close();
     ucs_uffd.fd           = -1;
     ucs_uffd.exit_pipe[0] = ucs_uffd.exit_pipe[1] = -1;
+    ucs_uffd.prereport    = 0;
     ucs_uffd.state        = UCS_UFFD_MONITOR_IDLE;
 }
 
@@ -471,8 +515,10 @@ static int ucs_uffd_fork_child(void)
     close(ucs_uffd.fd);
     close(ucs_uffd.exit_pipe[0]);
     close(ucs_uffd.exit_pipe[1]);
+    ucs_ummunotify_prereport_close();
     ucs_uffd.fd           = -1;
     ucs_uffd.exit_pipe[0] = ucs_uffd.exit_pipe[1] = -1;
+    ucs_uffd.prereport    = 0;
     ucs_uffd.state        = UCS_UFFD_MONITOR_IDLE;
     return 0;
 }
