@@ -16,6 +16,7 @@ usage: $0 [options]
   -N N        iterations for messages of 64 KiB and more (default 400)
   -s LIST     message sizes for the UCP tag tests and the UCT put/get tests,
               comma separated (default 8,65536,4194304)
+  -r N        runs of each measurement, the median is printed (default 3)
   -m PATH     the module (default \$REMAPRING_MODULE, else pkg-config's)
   -h          this help
 
@@ -25,7 +26,7 @@ Transports compared, two local processes each time:
 UCT posix has no zero-copy put/get and cma has no active messages, so those
 cells are "-". cma alone cannot run UCP (it has no active messages): its
 UCP column is cma for rendezvous with posix for everything else.
-Metrics: lat = median latency (usec, one way), bw = overall bandwidth
+Metrics (each the median of the runs): lat = median latency (usec, one way), bw = overall bandwidth
 (MB/s), rate = overall message rate (msg/s). For latency a ratio below 1
 means remapring is faster; for bw and rate, above 1.
 EOF
@@ -34,16 +35,22 @@ EOF
 small=20000
 large=400
 sizes=8,65536,4194304
+reps=3
 module=${REMAPRING_MODULE:-$(pkg-config --variable=module remapring 2>/dev/null)}
-while getopts "n:N:s:m:h" o; do
+while getopts "n:N:s:r:m:h" o; do
     case $o in
     n) small=$OPTARG ;;
     N) large=$OPTARG ;;
     s) sizes=$OPTARG ;;
+    r) reps=$OPTARG ;;
     m) module=$OPTARG ;;
     h) usage; exit 0 ;;
     *) usage >&2; exit 2 ;;
     esac
+done
+for n in "$small" "$large" "$reps"; do
+    [[ $n =~ ^[1-9][0-9]*$ ]] ||
+        { echo "-n, -N, -r: a positive number, not '$n'" >&2; exit 2; }
 done
 [ -n "$module" ] && [ -f "$module" ] ||
     { echo "no module: set REMAPRING_MODULE or -m PATH" >&2; exit 2; }
@@ -79,6 +86,42 @@ row() {
         "$(ratio "$4" "$6")"
 }
 
+# median of the arguments ("fail" if none)
+median() {
+    [ $# -gt 0 ] || { echo fail; return; }
+    printf "%s\n" "$@" | sort -g | awk '{a[NR] = $1} END {
+        if (NR % 2) print a[(NR + 1) / 2];
+        else printf "%.3f\n", (a[NR / 2] + a[NR / 2 + 1]) / 2 }'
+}
+
+# measure TL UCX_TLS METRICS ARGS...: run the pair $reps times and set
+# v[TL.metric] (the caller's) to the median of each metric; UCX_TLS empty
+# for UCT tests. A failed run counts for nothing; all failed: "fail".
+measure() {
+    local tl=$1 tlset=$2 metrics=$3 m c i load
+    local -A got
+    shift 3
+    load=$([ "$tl" = remapring ] && echo yes || echo no)
+    for m in $metrics; do got[$m]=""; done
+    for ((i = 0; i < reps; i++)); do
+        if [ -n "$tlset" ]; then
+            UCX_TLS=$tlset perftest_pair "$tmp/run" "$load" "$@" 2>/dev/null
+        else
+            perftest_pair "$tmp/run" "$load" "$@" 2>/dev/null
+        fi && grep -q "^Final:" "$tmp/run.client" || continue
+        for m in $metrics; do
+            case $m in
+            lat) c=3 ;; bw) c=6 ;; rate) c=8 ;;
+            esac
+            got[$m]+=" $(grep "^Final:" "$tmp/run.client" | awk -v c=$c '{print $c}')"
+        done
+    done
+    for m in $metrics; do
+        # shellcheck disable=SC2086
+        v[$tl.$m]=$(median ${got[$m]})
+    done
+}
+
 # uct NAME SIZE "METRICS" TLS ARGS...: a UCT test over the given transports
 # (the others print "-")
 uct() {
@@ -90,19 +133,8 @@ uct() {
             v[$tl.$m]=-
         done
         [[ " $tls " == *" $tl "* ]] || continue
-        # one run gives every metric of the line
-        perftest_pair "$tmp/run" "$([ $tl = remapring ] && echo yes || echo no)" \
-            -x "$tl" -d memory -s "$size" $(iters "$size") "$@" \
-            2>/dev/null && grep -q "^Final:" "$tmp/run.client" || {
-            for m in $metrics; do v[$tl.$m]=fail; done
-            continue
-        }
-        for m in $metrics; do
-            case $m in
-            lat) c=3 ;; bw) c=6 ;; rate) c=8 ;;
-            esac
-            v[$tl.$m]=$(grep "^Final:" "$tmp/run.client" | awk -v c=$c '{print $c}')
-        done
+        measure "$tl" "" "$metrics" -x "$tl" -d memory -s "$size" \
+            $(iters "$size") "$@"
     done
     for m in $metrics; do
         row "$name" "$size" "$m" "${v[remapring.$m]}" "${v[posix.$m]}" \
@@ -112,7 +144,7 @@ uct() {
 
 # ucp NAME SIZE "METRICS" ARGS...: a UCP test over the three UCX_TLS sets
 ucp() {
-    local name=$1 size=$2 metrics=$3 tl m tlset c
+    local name=$1 size=$2 metrics=$3 tl m tlset
     local -A v
     shift 3
     for tl in remapring posix cma; do
@@ -121,19 +153,7 @@ ucp() {
         posix)     tlset=posix,self ;;
         cma)       tlset=cma,posix,self ;;
         esac
-        UCX_TLS=$tlset perftest_pair "$tmp/run" \
-            "$([ $tl = remapring ] && echo yes || echo no)" \
-            -s "$size" $(iters "$size") "$@" 2>/dev/null &&
-            grep -q "^Final:" "$tmp/run.client" || {
-            for m in $metrics; do v[$tl.$m]=fail; done
-            continue
-        }
-        for m in $metrics; do
-            case $m in
-            lat) c=3 ;; bw) c=6 ;; rate) c=8 ;;
-            esac
-            v[$tl.$m]=$(grep "^Final:" "$tmp/run.client" | awk -v c=$c '{print $c}')
-        done
+        measure "$tl" "$tlset" "$metrics" -s "$size" $(iters "$size") "$@"
     done
     for m in $metrics; do
         row "$name" "$size" "$m" "${v[remapring.$m]}" "${v[posix.$m]}" \
@@ -161,5 +181,6 @@ ucp "ucp ucp_am_bw" 1048576 bw -t ucp_am_bw
 ucp "ucp stream_bw" 65536 bw -t stream_bw
 echo
 echo "UCX $(ucx_info -v | sed -n "s/^# Version //p"), $(nproc) cores," \
-     "$(uname -r); iterations $small (< 64 KiB) / $large; $((SECONDS - start)) s"
+     "$(uname -r); iterations $small (< 64 KiB) / $large;" \
+     "median of $reps runs; $((SECONDS - start)) s"
 echo "UCP cma column: UCX_TLS=cma,posix,self (cma has no active messages)"

@@ -331,7 +331,9 @@ TEST_F(test_uct_bad, invalid_settings)
         {"POOL_MAX", "auto"},     {"CREDIT_BATCH", "0"},
         {"CREDIT_BATCH", "9"},    {"MAX_PEERS", "0"},
         {"MAX_PEERS", "4097"},    {"MAX_SHORT", "4"},
-        {"MAX_SHORT", "64k"},
+        {"MAX_SHORT", "64k"},     {"BW", "0MBs"},
+        {"BW", "-5MBs"},          {"LATENCY", "inf"},
+        {"OVERHEAD", "inf"},
     };
 
     for (const auto &c : cases) {
@@ -354,6 +356,32 @@ TEST_F(test_uct_bad, invalid_settings)
                                          {"MAX_PEERS", "1"},
                                          {"MAX_SHORT", "8"}},
                                         0, &e));
+}
+
+/* BW, LATENCY and OVERHEAD default to the figures of this process's wire;
+ * set, they are reported as given. */
+TEST_F(test_uct_bad, performance_settings)
+{
+    entity *shm = nullptr, *cma = nullptr, *set = nullptr;
+
+    ASSERT_EQ(UCS_OK, try_create_entity({{"WIRE", "shm"}}, 0, &shm));
+    ASSERT_EQ(UCS_OK, try_create_entity({{"WIRE", "cma"}}, 0, &cma));
+    ASSERT_EQ(UCS_OK, try_create_entity({{"WIRE", "shm"},
+                                         {"BW", "1000MBs"},
+                                         {"LATENCY", "7us"},
+                                         {"OVERHEAD", "250ns"}},
+                                        0, &set));
+
+    /* the shm wire makes no system call per message: faster on all three */
+    EXPECT_GT(shm->attr.bandwidth.dedicated, cma->attr.bandwidth.dedicated);
+    EXPECT_LT(shm->attr.latency.c, cma->attr.latency.c);
+    EXPECT_LT(shm->attr.overhead, cma->attr.overhead);
+    EXPECT_GT(cma->attr.latency.c, 0);
+    EXPECT_GT(cma->attr.overhead, 0);
+
+    EXPECT_NEAR(1000.0 * 1024 * 1024, set->attr.bandwidth.dedicated, 1.0);
+    EXPECT_NEAR(7e-6, set->attr.latency.c, 1e-8);
+    EXPECT_NEAR(250e-9, set->attr.overhead, 1e-9);
 }
 
 TEST_F(test_uct_bad, malformed_settings)

@@ -18,6 +18,7 @@
 #include <ucs/sys/math.h>
 #include <ucs/sys/string.h>
 #include <ucs/sys/sys.h>
+#include <ucs/time/time.h>
 #include <uct/sm/base/sm_iface.h>
 
 #include <errno.h>
@@ -33,6 +34,37 @@ static const char *uct_remapring_wire_names[] = {
     [UCT_REMAPRING_WIRE_SHM]  = "shm",
     [UCT_REMAPRING_WIRE_CMA]  = "cma",
     [UCT_REMAPRING_WIRE_LAST] = NULL
+};
+
+/*
+ * What this interface reports to UCP when BW, LATENCY and OVERHEAD are auto,
+ * per wire: medians of three ucx_perftest runs between two local processes
+ * (2-core VM, UCX 1.13.1; the commands are in the help texts below).
+ */
+#define UCT_REMAPRING_PERF_SHM_BW      35000.0
+#define UCT_REMAPRING_PERF_SHM_BW_STR  "35000MBs"
+#define UCT_REMAPRING_PERF_SHM_LAT     0.65e-6
+#define UCT_REMAPRING_PERF_SHM_LAT_STR "0.65us"
+#define UCT_REMAPRING_PERF_SHM_OVH     0.42e-6
+#define UCT_REMAPRING_PERF_SHM_OVH_STR "0.42us"
+#define UCT_REMAPRING_PERF_CMA_BW      8600.0
+#define UCT_REMAPRING_PERF_CMA_BW_STR  "8600MBs"
+#define UCT_REMAPRING_PERF_CMA_LAT     3.6e-6
+#define UCT_REMAPRING_PERF_CMA_LAT_STR "3.6us"
+#define UCT_REMAPRING_PERF_CMA_OVH     2.6e-6
+#define UCT_REMAPRING_PERF_CMA_OVH_STR "2.6us"
+
+static const struct {
+    double bandwidth; /* MB/s */
+    double latency;   /* seconds */
+    double overhead;  /* seconds */
+} uct_remapring_wire_perf[] = {
+    [UCT_REMAPRING_WIRE_SHM] = {UCT_REMAPRING_PERF_SHM_BW,
+                                UCT_REMAPRING_PERF_SHM_LAT,
+                                UCT_REMAPRING_PERF_SHM_OVH},
+    [UCT_REMAPRING_WIRE_CMA] = {UCT_REMAPRING_PERF_CMA_BW,
+                                UCT_REMAPRING_PERF_CMA_LAT,
+                                UCT_REMAPRING_PERF_CMA_OVH}
 };
 
 /* clang-format off */
@@ -95,24 +127,29 @@ static ucs_config_field_t uct_remapring_iface_config_table[] = {
      ucs_offsetof(uct_remapring_iface_config_t, max_short),
      UCS_CONFIG_TYPE_MEMUNITS},
 
-    {"BW", "6400MBs",
-     "Bandwidth reported to the upper layer. The default is what\n"
-     "'ucx_perftest -t am_bw -D bcopy -s 65000' measured with the cma wire\n"
-     "(README, Performance).",
+    {"BW", "auto",
+     "Bandwidth reported to the upper layer. auto: what\n"
+     "'ucx_perftest -t am_bw -D bcopy -s 65000' measured with this process's\n"
+     "wire (README, Performance): " UCT_REMAPRING_PERF_SHM_BW_STR " with shm,\n"
+     UCT_REMAPRING_PERF_CMA_BW_STR " with cma.",
      ucs_offsetof(uct_remapring_iface_config_t, bandwidth),
      UCS_CONFIG_TYPE_BW},
 
-    {"LATENCY", "4us",
-     "One-way latency reported to the upper layer. The default is the median\n"
-     "of 'ucx_perftest -t am_lat -D short -s 8' with the cma wire (README).",
+    {"LATENCY", "auto",
+     "One-way latency reported to the upper layer. auto: the median of\n"
+     "'ucx_perftest -t am_lat -D short -s 8' with this process's wire:\n"
+     UCT_REMAPRING_PERF_SHM_LAT_STR " with shm, " UCT_REMAPRING_PERF_CMA_LAT_STR
+     " with cma.",
      ucs_offsetof(uct_remapring_iface_config_t, latency),
-     UCS_CONFIG_TYPE_TIME},
+     UCS_CONFIG_TYPE_TIME_UNITS},
 
-    {"OVERHEAD", "3.5us",
-     "Send overhead reported to the upper layer. The default is the median\n"
-     "time per message of 'ucx_perftest -t am_bw -D short -s 8' (README).",
+    {"OVERHEAD", "auto",
+     "Send overhead reported to the upper layer. auto: the time per message\n"
+     "of 'ucx_perftest -t am_bw -D short -s 8' with this process's wire:\n"
+     UCT_REMAPRING_PERF_SHM_OVH_STR " with shm, " UCT_REMAPRING_PERF_CMA_OVH_STR
+     " with cma.",
      ucs_offsetof(uct_remapring_iface_config_t, overhead),
-     UCS_CONFIG_TYPE_TIME},
+     UCS_CONFIG_TYPE_TIME_UNITS},
 
     {NULL}
 };
@@ -172,6 +209,25 @@ uct_remapring_iface_config_check(const uct_remapring_iface_config_t *config)
         ucs_error("remapring: REMAPRING_CREDIT_BATCH=%u must be between 1 and"
                   " RING_SLOTS / 2 (%u)",
                   config->credit_batch, config->ring_slots / 2);
+        return UCS_ERR_INVALID_PARAM;
+    }
+
+    if ((config->bandwidth != UCS_CONFIG_BW_AUTO) &&
+        !(config->bandwidth > 0)) {
+        ucs_error("remapring: REMAPRING_BW=%.0fB/s must be more than zero or"
+                  " auto", config->bandwidth);
+        return UCS_ERR_INVALID_PARAM;
+    }
+
+    if (config->latency == UCS_TIME_INFINITY) {
+        ucs_error("remapring: REMAPRING_LATENCY must be a time or auto, not"
+                  " inf");
+        return UCS_ERR_INVALID_PARAM;
+    }
+
+    if (config->overhead == UCS_TIME_INFINITY) {
+        ucs_error("remapring: REMAPRING_OVERHEAD must be a time or auto, not"
+                  " inf");
         return UCS_ERR_INVALID_PARAM;
     }
 
@@ -723,6 +779,22 @@ static uct_iface_internal_ops_t uct_remapring_iface_internal_ops = {
 };
 /* clang-format on */
 
+/* The figures of the wire this process sends with, unless set. */
+static void
+uct_remapring_iface_perf_init(uct_remapring_iface_t *iface,
+                              const uct_remapring_iface_config_t *config)
+{
+    iface->perf.bandwidth = (config->bandwidth == UCS_CONFIG_BW_AUTO) ?
+                            uct_remapring_wire_perf[config->wire].bandwidth *
+                            UCS_MBYTE : config->bandwidth;
+    iface->perf.latency   = (config->latency == UCS_TIME_AUTO) ?
+                            uct_remapring_wire_perf[config->wire].latency :
+                            ucs_time_to_sec(config->latency);
+    iface->perf.overhead  = (config->overhead == UCS_TIME_AUTO) ?
+                            uct_remapring_wire_perf[config->wire].overhead :
+                            ucs_time_to_sec(config->overhead);
+}
+
 static UCS_CLASS_INIT_FUNC(uct_remapring_iface_t, uct_md_h md,
                            uct_worker_h worker,
                            const uct_iface_params_t *params,
@@ -777,9 +849,7 @@ static UCS_CLASS_INIT_FUNC(uct_remapring_iface_t, uct_md_h md,
     self->tx.max_bcopy         = uct_remapring_ring_max_payload(
                                          config->block_size,
                                          UCT_REMAPRING_RING_HEADROOM);
-    self->perf.bandwidth       = config->bandwidth;
-    self->perf.latency         = config->latency;
-    self->perf.overhead        = config->overhead;
+    uct_remapring_iface_perf_init(self, config);
     ucs_list_head_init(&self->rx.active);
     ucs_list_head_init(&self->tx.blocked);
     ucs_arbiter_init(&self->tx.arbiter);

@@ -51,9 +51,9 @@ typedef struct uct_remapring_iface_config {
     unsigned           credit_batch; /* slots released before crediting */
     unsigned           max_peers;    /* senders one interface accepts */
     size_t             max_short;    /* largest am_short payload */
-    double             bandwidth;    /* reported to UCP */
-    double             latency;      /* reported to UCP, seconds */
-    double             overhead;     /* reported to UCP, seconds */
+    double             bandwidth;    /* reported to UCP, or auto */
+    ucs_time_t         latency;      /* reported to UCP, or auto */
+    ucs_time_t         overhead;     /* reported to UCP, or auto */
 } uct_remapring_iface_config_t;
 
 
