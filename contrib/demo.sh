@@ -13,6 +13,9 @@ build=${BUILD_DIR:-$top/build}
 export REMAPRING_MODULE=$build/.libs/libuct_remapring.so
 run=$build/contrib/remapring-run
 
+# the module offers its transport only to processes whose UCX_TLS names it
+export UCX_TLS=remapring,self
+
 echo "== the module, preloaded, as ucx_info sees it"
 "$run" ucx_info -d | sed -n '/Memory domain: remapring/,/^#$/p'
 echo
@@ -21,7 +24,6 @@ echo "== its settings (ucx_info -c)"
 echo
 echo "== UCP over remapring alone: ucx_perftest tag_lat and tag_bw, two processes"
 . "$top/test/scripts/common.sh"
-export UCX_TLS=remapring,self
 for args in "-t tag_lat -s 8 -n 20000" "-t tag_bw -s 4194304 -n 500"; do
     # shellcheck disable=SC2086
     perftest_pair /tmp/remapring-demo yes $args ||

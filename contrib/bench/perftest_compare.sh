@@ -22,13 +22,15 @@ usage: $0 [options]
 
 Transports compared, two local processes each time:
   UCT  -x remapring -d memory | -x posix -d memory | -x cma -d memory
+       (with UCX_TLS set to the transport: remapring is offered only then)
   UCP  UCX_TLS=remapring,self | posix,self | cma,posix,self
 UCT posix has no zero-copy put/get and cma has no active messages, so those
 cells are "-". cma alone cannot run UCP (it has no active messages): its
 UCP column is cma for rendezvous with posix for everything else.
-Metrics (each the median of the runs): lat = median latency (usec, one way), bw = overall bandwidth
-(MB/s), rate = overall message rate (msg/s). For latency a ratio below 1
-means remapring is faster; for bw and rate, above 1.
+Metrics, each the median of the runs: lat = median latency (usec, one
+way), bw = overall bandwidth (MB/s), rate = overall message rate (msg/s).
+For latency a ratio below 1 means remapring is faster; for bw and rate,
+above 1.
 EOF
 }
 
@@ -95,8 +97,8 @@ median() {
 }
 
 # measure TL UCX_TLS METRICS ARGS...: run the pair $reps times and set
-# v[TL.metric] (the caller's) to the median of each metric; UCX_TLS empty
-# for UCT tests. A failed run counts for nothing; all failed: "fail".
+# v[TL.metric] (the caller's) to the median of each metric. A failed run
+# counts for nothing; all failed: "fail".
 measure() {
     local tl=$1 tlset=$2 metrics=$3 m c i load
     local -A got
@@ -104,11 +106,8 @@ measure() {
     load=$([ "$tl" = remapring ] && echo yes || echo no)
     for m in $metrics; do got[$m]=""; done
     for ((i = 0; i < reps; i++)); do
-        if [ -n "$tlset" ]; then
-            UCX_TLS=$tlset perftest_pair "$tmp/run" "$load" "$@" 2>/dev/null
-        else
-            perftest_pair "$tmp/run" "$load" "$@" 2>/dev/null
-        fi && grep -q "^Final:" "$tmp/run.client" || continue
+        UCX_TLS=$tlset perftest_pair "$tmp/run" "$load" "$@" 2>/dev/null &&
+            grep -q "^Final:" "$tmp/run.client" || continue
         for m in $metrics; do
             case $m in
             lat) c=3 ;; bw) c=6 ;; rate) c=8 ;;
@@ -133,7 +132,8 @@ uct() {
             v[$tl.$m]=-
         done
         [[ " $tls " == *" $tl "* ]] || continue
-        measure "$tl" "" "$metrics" -x "$tl" -d memory -s "$size" \
+        # the module offers its device only where UCX_TLS names it
+        measure "$tl" "$tl" "$metrics" -x "$tl" -d memory -s "$size" \
             $(iters "$size") "$@"
     done
     for m in $metrics; do

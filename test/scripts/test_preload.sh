@@ -3,7 +3,8 @@
 # Copyright (c) remapring contributors. See file LICENSE for terms.
 #
 # The preloaded module is visible to ucx_info (component, memory domain,
-# settings) and harmless to processes that do not select it: ucx_perftest
+# settings; the transport only where UCX_TLS names it) and harmless to
+# processes that do not select it: ucx_perftest
 # tag_lat runs with UCX_TLS=posix,self and with the default UCX_TLS, with and
 # without the module, and the module never takes a lane it was not asked for
 # nor starts its memory notifier there.
@@ -13,10 +14,18 @@
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 
-note "ucx_info -d lists the component and memory domain"
+note "ucx_info -d lists the component and memory domain, the transport" \
+     "only where UCX_TLS names it"
+unset UCX_TLS
 LD_PRELOAD=$REMAPRING_MODULE ucx_info -d > "$tmp/d" 2>&1 || fail "ucx_info -d"
 grep -q "Memory domain: remapring" "$tmp/d" || fail "no remapring md in ucx_info -d"
 grep -q "Component: remapring" "$tmp/d" || fail "no remapring component"
+grep -q "Transport: remapring" "$tmp/d" &&
+    fail "transport offered though UCX_TLS does not name it"
+UCX_TLS=sm,remapring LD_PRELOAD=$REMAPRING_MODULE ucx_info -d > "$tmp/d2" 2>&1 ||
+    fail "ucx_info -d (UCX_TLS=sm,remapring)"
+grep -q "Transport: remapring" "$tmp/d2" ||
+    fail "transport not offered with UCX_TLS=sm,remapring"
 ucx_info -d 2>&1 | grep -q remapring && fail "remapring listed without the module"
 
 note "ucx_info -c shows every setting"
@@ -39,7 +48,7 @@ for tls in posix,self default; do
         grep -q "^Final:" "$out.client" || fail "no result line"
         grep "ep_cfg\[" "$out.client" | tail -1 | sed 's/.*INFO *//' \
             > "$tmp/lanes-$tls-$preload"
-        grep -q remapring "$out.client" &&
+        grep "ep_cfg\[" "$out.client" | grep -q "remapring/" &&
             fail "remapring was selected though not asked for"
         # registrations of a process that sends through other transports
         # stay plain bookkeeping: the memory cache and its notifier (which
@@ -58,5 +67,6 @@ note "ucx_info -e: the module takes no lane by default"
 LD_PRELOAD=$REMAPRING_MODULE ucx_info -e -u t -P intra > "$tmp/e" 2>&1 ||
     fail "ucx_info -e"
 grep -q "lane\[" "$tmp/e" || fail "no lanes printed"
-grep -q remapring "$tmp/e" && fail "remapring lane selected by default"
+grep "lane\[" "$tmp/e" | grep -q "remapring/" &&
+    fail "remapring lane selected by default"
 echo "PASS"

@@ -21,6 +21,38 @@ extern "C" {
 
 namespace {
 
+/* Sets (or, with nullptr, unsets) an environment variable for its scope. */
+class scoped_env {
+public:
+    scoped_env(const char *name, const char *value) : m_name(name)
+    {
+        const char *old = getenv(name);
+        m_had           = (old != nullptr);
+        if (m_had) {
+            m_old = old;
+        }
+        if (value != nullptr) {
+            setenv(name, value, 1);
+        } else {
+            unsetenv(name);
+        }
+    }
+
+    ~scoped_env()
+    {
+        if (m_had) {
+            setenv(m_name.c_str(), m_old.c_str(), 1);
+        } else {
+            unsetenv(m_name.c_str());
+        }
+    }
+
+private:
+    std::string m_name;
+    std::string m_old;
+    bool        m_had;
+};
+
 class component : public testing::Test {
 protected:
     void SetUp() override
@@ -143,13 +175,13 @@ TEST_F(component, transport_listed)
         return;
     }
 
+    scoped_env tls("UCX_TLS", "remapring,self");
     uct_tl_resource_desc_t *resources;
     unsigned count;
     ASSERT_EQ(UCS_OK, uct_md_query_tl_resources(m_md, &resources, &count));
-    for (unsigned i = 0; i < count; ++i) {
-        EXPECT_STREQ("remapring", resources[i].tl_name);
-        EXPECT_STREQ("memory", resources[i].dev_name);
-    }
+    ASSERT_EQ(1u, count);
+    EXPECT_STREQ("remapring", resources[0].tl_name);
+    EXPECT_STREQ("memory", resources[0].dev_name);
     uct_release_tl_resource_list(resources);
 
     /* the transport's configuration is found by its name */
@@ -166,6 +198,50 @@ TEST_F(component, transport_listed)
               uct_config_get(config, "BLOCK_SIZE", value, sizeof(value)));
     EXPECT_STREQ("64K", value);
     uct_config_release(config);
+}
+
+/* Preloaded into every UCX process, the module offers its device only where
+ * the transport list names it, so UCP never weighs it unasked. */
+TEST_F(component, offered_only_when_named)
+{
+    open_md();
+    if (IsSkipped()) {
+        return;
+    }
+
+    struct tls_case {
+        const char *var;
+        const char *value; /* nullptr: unset */
+        unsigned   offered;
+    };
+    static const tls_case cases[] = {
+        {"UCX_TLS", nullptr, 0},
+        {"UCX_TLS", "all", 0},
+        {"UCX_TLS", "posix,self", 0},
+        {"UCX_TLS", "^posix", 0},
+        {"UCX_TLS", "^remapring", 0},
+        {"UCX_TLS", "remapringx", 0},
+        {"UCX_TLS", "xremapring", 0},
+        {"UCX_TLS", "", 0},
+        {"UCX_TLS", "remapring", 1},
+        {"UCX_TLS", "self,remapring", 1},
+        {"UCX_TLS", "sm,remapring:aux,self", 1},
+        {"UCX_MPI_TLS", "remapring,self", 1},  /* Open MPI's prefix */
+        {"UCX_REMAPRING_TLS", "x", 0},
+        {"UCX_TLS_X", "remapring", 0},
+    };
+
+    for (const tls_case &c : cases) {
+        scoped_env unset_tls("UCX_TLS", nullptr);
+        scoped_env var(c.var, c.value);
+        uct_tl_resource_desc_t *resources;
+        unsigned count;
+
+        ASSERT_EQ(UCS_OK, uct_md_query_tl_resources(m_md, &resources, &count));
+        EXPECT_EQ(c.offered, count)
+                << c.var << "=" << (c.value ? c.value : "(unset)");
+        uct_release_tl_resource_list(resources);
+    }
 }
 
 TEST_F(component, bad_setting_value_rejected)

@@ -243,11 +243,78 @@ uct_remapring_iface_config_check(const uct_remapring_iface_config_t *config)
 #define UCT_REMAPRING_LIVENESS_PERIOD 65536
 
 
+/* Whether the list of transports 'tls' (a UCX_TLS value) names this one:
+ * "remapring" or "remapring:<flags>" in an allow list. A negated list
+ * ("^...") or "all" names no transport. */
+static int uct_remapring_tls_name_us(const char *tls)
+{
+    static const char name[] = "remapring";
+    const char *p, *end;
+    size_t len;
+
+    if (tls[0] == '^') {
+        return 0;
+    }
+
+    for (p = tls; *p != '\0'; p = (*end == ',') ? end + 1 : end) {
+        end = strchrnul(p, ',');
+        len = end - p;
+        if ((len >= sizeof(name) - 1) &&
+            !strncmp(p, name, sizeof(name) - 1) &&
+            ((len == sizeof(name) - 1) || (p[sizeof(name) - 1] == ':'))) {
+            return 1;
+        }
+    }
+    return 0;
+}
+
+/*
+ * Whether this process asked for the transport by name, in UCX_TLS or in the
+ * UCX_<prefix>_TLS a UCP context reads when created with an environment
+ * prefix (Open MPI: UCX_MPI_TLS). Preloaded into every UCX process, the
+ * module offers its device only then: with UCX_TLS unset or "all", UCP
+ * would otherwise weigh it against the transports the process expects.
+ */
+static int uct_remapring_is_requested(void)
+{
+    const char *eq;
+    size_t keylen;
+    char **env;
+
+    for (env = environ; *env != NULL; ++env) {
+        eq = strchr(*env, '=');
+        if ((eq == NULL) || strncmp(*env, "UCX_", 4)) {
+            continue;
+        }
+
+        /* UCX_TLS, or UCX_<prefix>_TLS */
+        keylen = eq - *env;
+        if ((keylen >= strlen("UCX_TLS")) && !strncmp(eq - 4, "_TLS", 4) &&
+            uct_remapring_tls_name_us(eq + 1)) {
+            return 1;
+        }
+    }
+    return 0;
+}
+
 static ucs_status_t
 uct_remapring_query_tl_devices(uct_md_h md,
                                uct_tl_device_resource_t **tl_devices_p,
                                unsigned *num_tl_devices_p)
 {
+    static int logged = 0;
+
+    if (!uct_remapring_is_requested()) {
+        if (!logged) {
+            logged = 1;
+            ucs_diag("remapring: transport not offered, UCX_TLS does not name"
+                     " it (e.g. UCX_TLS=remapring,self)");
+        }
+        *tl_devices_p     = NULL;
+        *num_tl_devices_p = 0;
+        return UCS_OK;
+    }
+
     return uct_single_device_resource(md, UCT_REMAPRING_DEVICE_NAME,
                                       UCT_DEVICE_TYPE_SHM,
                                       UCS_SYS_DEVICE_ID_UNKNOWN, tl_devices_p,
