@@ -249,6 +249,12 @@ static void bench_munmap(const char *title, double spin, unsigned gap_us)
 
     percentiles(plain, opts.unmap_iters, &pm, &p99);
     percentiles(watch, opts.unmap_iters, &wm, &w99);
+    if (ucs_ummunotify_prereport_active()) {
+        printf("  pre-report to UCM before munmap() returns: %llu covered,"
+               " %llu missed so far\n",
+               (unsigned long long)ucs_ummunotify_prereport_stats.covered,
+               (unsigned long long)ucs_ummunotify_prereport_stats.missed);
+    }
     printf("  %-34s unwatched %6.1f / %6.1f us   watched %6.1f / %6.1f us"
            "   added %6.1f / %6.1f us\n", title, pm, p99, wm, w99, wm - pm,
            w99 - p99);
@@ -270,7 +276,10 @@ static void usage(const char *prog)
            "  -l, --length BYTES  buffer length (default %zu)\n"
            "Figures: median / p99. The engine is forced to uffd. The monitor\n"
            "runs with spin 0 and with UCX_REMAPRING_NOTIFIER_SPIN (50 us if\n"
-           "unset).\n", prog, opts.hit_iters, opts.miss_iters,
+           "unset). With UCM's unmap event external (UCX_REMAPRING_UCM_EXTERNAL=y\n"
+           "UCX_MEM_MMAP_HOOK_MODE=none UCX_MEM_MALLOC_HOOKS=n) the monitor\n"
+           "reports to UCM before munmap() returns, which it then says.\n",
+           prog, opts.hit_iters, opts.miss_iters,
            opts.unmap_iters, opts.gap_us, opts.len);
 }
 
