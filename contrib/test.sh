@@ -19,6 +19,8 @@
 #               Valgrind does not emulate userfaultfd: the cases that need
 #               it (the uffd engine, the memory cache, rcache_nohooks, the
 #               notifier stress) skip, with the reason in their output
+#   Run as root with no free huge page, it reserves four 2 MiB pages
+#   (vm.nr_hugepages) for the hugetlb cases and restores the setting after.
 #   Under --asan and --valgrind the shell tests are left out: they preload
 #   the module into the stock tools, which host neither. (--valgrind-case
 #   is internal: the command each case runs through under --valgrind.)
@@ -93,7 +95,25 @@ esac
 # the ctest file is made by config.status, which make all does not rerun
 make -C "$BUILD_DIR" test/gtest/CTestTestfile.cmake >/dev/null
 cd "$BUILD_DIR/test/gtest"
-if [ -n "$mode" ]; then
-    exec ctest --output-on-failure -E '\.sh$' "$@"
+
+# The hugetlb cases need free 2 MiB pages and skip without. As root, with
+# none free, reserve a few for the run and give them back afterwards.
+nr_huge=/proc/sys/vm/nr_hugepages
+huge_old=
+if [ -w "$nr_huge" ] &&
+   [ "$(awk '/^HugePages_Free:/ {print $2}' /proc/meminfo)" = 0 ]; then
+    huge_old=$(cat "$nr_huge")
+    if echo $((huge_old + 4)) > "$nr_huge" 2>/dev/null; then
+        echo "test.sh: vm.nr_hugepages $huge_old -> $(cat "$nr_huge") for" \
+             "the hugetlb cases, restored after the run"
+        trap 'echo "$huge_old" > "$nr_huge"' EXIT
+    fi
 fi
-exec ctest --output-on-failure "$@"
+
+rc=0
+if [ -n "$mode" ]; then
+    ctest --output-on-failure -E '\.sh$' "$@" || rc=$?
+else
+    ctest --output-on-failure "$@" || rc=$?
+fi
+exit $rc
