@@ -276,9 +276,10 @@ static void usage(const char *prog)
            "  -l, --length BYTES  buffer length (default %zu)\n"
            "Figures: median / p99. The engine is forced to uffd. The monitor\n"
            "runs with spin 0 and with UCX_REMAPRING_NOTIFIER_SPIN (50 us if\n"
-           "unset). With UCM's unmap event external (UCX_REMAPRING_UCM_EXTERNAL=y\n"
-           "UCX_MEM_MMAP_HOOK_MODE=none UCX_MEM_MALLOC_HOOKS=n) the monitor\n"
-           "reports to UCM before munmap() returns, which it then says.\n",
+           "unset). With UCM's unmap event external\n"
+           "(UCX_REMAPRING_UCM_EXTERNAL=y UCX_MEM_MMAP_HOOK_MODE=none\n"
+           "UCX_MEM_MALLOC_HOOKS=n) the monitor reports to UCM before\n"
+           "munmap() returns, which it then says.\n",
            prog, opts.hit_iters, opts.miss_iters,
            opts.unmap_iters, opts.gap_us, opts.len);
 }

@@ -114,6 +114,7 @@ static const char *ucs_ummunotify_engine_names[] = {
 };
 
 
+/* clang-format off */
 static ucs_config_field_t ucs_ummunotify_config_table[] = {
     {"NOTIFIER", "auto",
      "Engine that reports unmapped and remapped memory to the remapring\n"
@@ -164,6 +165,7 @@ static ucs_config_field_t ucs_ummunotify_config_table[] = {
 
     {NULL}
 };
+/* clang-format on */
 
 UCS_CONFIG_REGISTER_TABLE(ucs_ummunotify_config_table, "Remapring notifier",
                           "REMAPRING_", ucs_ummunotify_config_t,

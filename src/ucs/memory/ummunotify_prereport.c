@@ -68,6 +68,7 @@
 #define UCS_PREREPORT_MAX_RANGES  16
 #define UCS_PREREPORT_MAX_RUNNING 16
 #define UCS_PREREPORT_RETRIES     4
+#define UCS_PREREPORT_LINE        256  /* a syscall file is < 200 bytes */
 
 #ifndef MADV_DONTNEED_LOCKED
 #define MADV_DONTNEED_LOCKED      24
@@ -226,18 +227,33 @@ static int ucs_prereport_parse(const char *line)
     return 0;
 }
 
+/* Reads a syscall file into 'line' (UCS_PREREPORT_LINE bytes), terminated.
+ * Returns the length, or <= 0 if nothing could be read. */
+static ssize_t ucs_prereport_pread(int fd, char *line)
+{
+    ssize_t len = pread(fd, line, UCS_PREREPORT_LINE - 1, 0);
+
+    if (len > 0) {
+        line[len] = '\0';
+    }
+    return len;
+}
+
+static int ucs_prereport_open_task(pid_t tid)
+{
+    char path[32];
+
+    snprintf(path, sizeof(path), "%d/syscall", (int)tid);
+    return openat(ucs_prereport.dir_fd, path, O_RDONLY | O_CLOEXEC);
+}
+
+/* Reports what the thread whose syscall file is 'fd' is changing; returns
+ * nonzero if it is running. */
 static int ucs_prereport_read(int fd)
 {
-    char line[256];
-    ssize_t len;
+    char line[UCS_PREREPORT_LINE];
 
-    len = pread(fd, line, sizeof(line) - 1, 0);
-    if (len <= 0) {
-        return 0;
-    }
-
-    line[len] = '\0';
-    return ucs_prereport_parse(line);
+    return (ucs_prereport_pread(fd, line) > 0) && ucs_prereport_parse(line);
 }
 
 /* The syscall file of 'tid', kept open from the last scan if it was there;
@@ -247,7 +263,6 @@ static int ucs_prereport_task_fd(pid_t tid, unsigned *hint, int *cached)
     unsigned old = ucs_prereport.cur;
     unsigned n   = ucs_prereport.ntasks[old];
     ucs_prereport_task_t *task;
-    char path[32];
     unsigned i;
     int fd;
 
@@ -263,14 +278,13 @@ static int ucs_prereport_task_fd(pid_t tid, unsigned *hint, int *cached)
     }
 
     *cached = 0;
-    snprintf(path, sizeof(path), "%d/syscall", (int)tid);
-    return openat(ucs_prereport.dir_fd, path, O_RDONLY | O_CLOEXEC);
+    return ucs_prereport_open_task(tid);
 }
 
 static void ucs_prereport_task(pid_t tid, unsigned *hint)
 {
     unsigned new = ucs_prereport.cur ^ 1;
-    char path[32], line[256];
+    char line[UCS_PREREPORT_LINE];
     int fd, cached, running;
     ssize_t len;
 
@@ -279,16 +293,15 @@ static void ucs_prereport_task(pid_t tid, unsigned *hint)
         return; /* gone meanwhile */
     }
 
-    len = pread(fd, line, sizeof(line) - 1, 0);
+    len = ucs_prereport_pread(fd, line);
     if ((len < 0) && cached) {
         /* the thread that had this tid exited: the file is of a new one */
         close(fd);
-        snprintf(path, sizeof(path), "%d/syscall", (int)tid);
-        fd = openat(ucs_prereport.dir_fd, path, O_RDONLY | O_CLOEXEC);
+        fd = ucs_prereport_open_task(tid);
         if (fd < 0) {
             return;
         }
-        len = pread(fd, line, sizeof(line) - 1, 0);
+        len = ucs_prereport_pread(fd, line);
     }
 
     if (len <= 0) {
@@ -296,8 +309,7 @@ static void ucs_prereport_task(pid_t tid, unsigned *hint)
         return;
     }
 
-    line[len] = '\0';
-    running   = ucs_prereport_parse(line);
+    running = ucs_prereport_parse(line);
 
     if (ucs_prereport.ntasks[new] == UCS_PREREPORT_MAX_TASKS) {
         close(fd);

@@ -16,6 +16,7 @@
 #include <ucs/debug/memtrack_int.h>
 #include <ucs/sys/sock.h>
 #include <ucs/sys/math.h>
+#include <ucs/sys/preprocessor.h>
 #include <ucs/sys/string.h>
 #include <ucs/sys/sys.h>
 #include <ucs/time/time.h>
@@ -41,30 +42,28 @@ static const char *uct_remapring_wire_names[] = {
  * per wire: medians of three ucx_perftest runs between two local processes
  * (2-core VM, UCX 1.13.1; the commands are in the help texts below).
  */
-#define UCT_REMAPRING_PERF_SHM_BW      35000.0
-#define UCT_REMAPRING_PERF_SHM_BW_STR  "35000MBs"
-#define UCT_REMAPRING_PERF_SHM_LAT     0.65e-6
-#define UCT_REMAPRING_PERF_SHM_LAT_STR "0.65us"
-#define UCT_REMAPRING_PERF_SHM_OVH     0.42e-6
-#define UCT_REMAPRING_PERF_SHM_OVH_STR "0.42us"
-#define UCT_REMAPRING_PERF_CMA_BW      8600.0
-#define UCT_REMAPRING_PERF_CMA_BW_STR  "8600MBs"
-#define UCT_REMAPRING_PERF_CMA_LAT     3.6e-6
-#define UCT_REMAPRING_PERF_CMA_LAT_STR "3.6us"
-#define UCT_REMAPRING_PERF_CMA_OVH     2.6e-6
-#define UCT_REMAPRING_PERF_CMA_OVH_STR "2.6us"
+#define UCT_REMAPRING_PERF_SHM_BW_MBS  35000
+#define UCT_REMAPRING_PERF_SHM_LAT_US  0.65
+#define UCT_REMAPRING_PERF_SHM_OVH_US  0.42
+#define UCT_REMAPRING_PERF_CMA_BW_MBS  8600
+#define UCT_REMAPRING_PERF_CMA_LAT_US  3.6
+#define UCT_REMAPRING_PERF_CMA_OVH_US  2.6
+
+/* "<figure><unit>" for the help texts */
+#define UCT_REMAPRING_PERF_STR(_wire, _what, _unit) \
+    UCS_PP_MAKE_STRING(UCT_REMAPRING_PERF_##_wire##_##_what) _unit
 
 static const struct {
     double bandwidth; /* MB/s */
     double latency;   /* seconds */
     double overhead;  /* seconds */
 } uct_remapring_wire_perf[] = {
-    [UCT_REMAPRING_WIRE_SHM] = {UCT_REMAPRING_PERF_SHM_BW,
-                                UCT_REMAPRING_PERF_SHM_LAT,
-                                UCT_REMAPRING_PERF_SHM_OVH},
-    [UCT_REMAPRING_WIRE_CMA] = {UCT_REMAPRING_PERF_CMA_BW,
-                                UCT_REMAPRING_PERF_CMA_LAT,
-                                UCT_REMAPRING_PERF_CMA_OVH}
+    [UCT_REMAPRING_WIRE_SHM] = {UCT_REMAPRING_PERF_SHM_BW_MBS,
+                                UCT_REMAPRING_PERF_SHM_LAT_US * 1e-6,
+                                UCT_REMAPRING_PERF_SHM_OVH_US * 1e-6},
+    [UCT_REMAPRING_WIRE_CMA] = {UCT_REMAPRING_PERF_CMA_BW_MBS,
+                                UCT_REMAPRING_PERF_CMA_LAT_US * 1e-6,
+                                UCT_REMAPRING_PERF_CMA_OVH_US * 1e-6}
 };
 
 /* clang-format off */
@@ -130,24 +129,25 @@ static ucs_config_field_t uct_remapring_iface_config_table[] = {
     {"BW", "auto",
      "Bandwidth reported to the upper layer. auto: what\n"
      "'ucx_perftest -t am_bw -D bcopy -s 65000' measured with this process's\n"
-     "wire (README, Performance): " UCT_REMAPRING_PERF_SHM_BW_STR " with shm,\n"
-     UCT_REMAPRING_PERF_CMA_BW_STR " with cma.",
+     "wire (README, Performance): "
+     UCT_REMAPRING_PERF_STR(SHM, BW_MBS, "MBs") " with shm, "
+     UCT_REMAPRING_PERF_STR(CMA, BW_MBS, "MBs") " with cma.",
      ucs_offsetof(uct_remapring_iface_config_t, bandwidth),
      UCS_CONFIG_TYPE_BW},
 
     {"LATENCY", "auto",
      "One-way latency reported to the upper layer. auto: the median of\n"
      "'ucx_perftest -t am_lat -D short -s 8' with this process's wire:\n"
-     UCT_REMAPRING_PERF_SHM_LAT_STR " with shm, " UCT_REMAPRING_PERF_CMA_LAT_STR
-     " with cma.",
+     UCT_REMAPRING_PERF_STR(SHM, LAT_US, "us") " with shm, "
+     UCT_REMAPRING_PERF_STR(CMA, LAT_US, "us") " with cma.",
      ucs_offsetof(uct_remapring_iface_config_t, latency),
      UCS_CONFIG_TYPE_TIME_UNITS},
 
     {"OVERHEAD", "auto",
      "Send overhead reported to the upper layer. auto: the time per message\n"
      "of 'ucx_perftest -t am_bw -D short -s 8' with this process's wire:\n"
-     UCT_REMAPRING_PERF_SHM_OVH_STR " with shm, " UCT_REMAPRING_PERF_CMA_OVH_STR
-     " with cma.",
+     UCT_REMAPRING_PERF_STR(SHM, OVH_US, "us") " with shm, "
+     UCT_REMAPRING_PERF_STR(CMA, OVH_US, "us") " with cma.",
      ucs_offsetof(uct_remapring_iface_config_t, overhead),
      UCS_CONFIG_TYPE_TIME_UNITS},
 
