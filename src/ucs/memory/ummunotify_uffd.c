@@ -449,6 +449,20 @@ err_close_fd:
     return status;
 }
 
+/* Closes the userfaultfd, the exit pipe and the pre-report's files; the
+ * monitor thread must not run. */
+static void ucs_uffd_release(void)
+{
+    close(ucs_uffd.fd);
+    close(ucs_uffd.exit_pipe[0]);
+    close(ucs_uffd.exit_pipe[1]);
+    ucs_ummunotify_prereport_close();
+    ucs_uffd.fd           = -1;
+    ucs_uffd.exit_pipe[0] = ucs_uffd.exit_pipe[1] = -1;
+    ucs_uffd.prereport    = 0;
+    ucs_uffd.state        = UCS_UFFD_MONITOR_IDLE;
+}
+
 static void ucs_uffd_stop(void)
 {
     char c = 0;
@@ -465,14 +479,7 @@ static void ucs_uffd_stop(void)
 
     /* Closing the last reference releases the context: the kernel clears
      * every VMA's registration and wakes whoever still waits on an event. */
-    close(ucs_uffd.fd);
-    close(ucs_uffd.exit_pipe[0]);
-    close(ucs_uffd.exit_pipe[1]);
-    ucs_ummunotify_prereport_close();
-    ucs_uffd.fd           = -1;
-    ucs_uffd.exit_pipe[0] = ucs_uffd.exit_pipe[1] = -1;
-    ucs_uffd.prereport    = 0;
-    ucs_uffd.state        = UCS_UFFD_MONITOR_IDLE;
+    ucs_uffd_release();
 }
 
 static ucs_status_t ucs_uffd_subscribe(uintptr_t start, uintptr_t end)
@@ -512,14 +519,7 @@ static int ucs_uffd_fork_child(void)
 {
     /* the monitor thread does not exist here; the descriptors are the
      * parent's */
-    close(ucs_uffd.fd);
-    close(ucs_uffd.exit_pipe[0]);
-    close(ucs_uffd.exit_pipe[1]);
-    ucs_ummunotify_prereport_close();
-    ucs_uffd.fd           = -1;
-    ucs_uffd.exit_pipe[0] = ucs_uffd.exit_pipe[1] = -1;
-    ucs_uffd.prereport    = 0;
-    ucs_uffd.state        = UCS_UFFD_MONITOR_IDLE;
+    ucs_uffd_release();
     return 0;
 }
 
