@@ -66,6 +66,21 @@ static inline bool under_valgrind()
     return (p != NULL) && (strstr(p, "vgpreload") != NULL);
 }
 
+/* Whether the uffd engine can run here; if not, 'why' says why, ready for
+ * GTEST_SKIP(). */
+static inline bool uffd_usable(std::string *why)
+{
+    if (under_valgrind()) {
+        *why = "valgrind does not support userfaultfd";
+        return false;
+    }
+    if (!uffd_available(why)) {
+        *why = "no userfaultfd: " + *why;
+        return false;
+    }
+    return true;
+}
+
 static inline void *map_anon(size_t len, void *addr = NULL, int flags = 0)
 {
     void *p = mmap(addr, len, PROT_READ | PROT_WRITE,

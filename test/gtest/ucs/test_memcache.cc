@@ -31,11 +31,8 @@ protected:
     {
         std::string why;
 
-        if (!uffd_available(&why)) {
-            GTEST_SKIP() << "no userfaultfd: " << why;
-        }
-        if (under_valgrind()) {
-            GTEST_SKIP() << "valgrind does not support userfaultfd";
+        if (!uffd_usable(&why)) {
+            GTEST_SKIP() << why;
         }
 
         ucs_memcache_params_t params = {};

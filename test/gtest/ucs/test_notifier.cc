@@ -30,11 +30,8 @@ protected:
         std::string why;
 
         if (engine() == UCS_UMMUNOTIFY_ENGINE_UFFD) {
-            if (!uffd_available(&why)) {
-                GTEST_SKIP() << "no userfaultfd: " << why;
-            }
-            if (under_valgrind()) {
-                GTEST_SKIP() << "valgrind does not support userfaultfd";
+            if (!uffd_usable(&why)) {
+                GTEST_SKIP() << why;
             }
         }
 
@@ -527,11 +524,8 @@ protected:
     {
         std::string why;
 
-        if (!uffd_available(&why)) {
-            GTEST_SKIP() << "no userfaultfd: " << why;
-        }
-        if (under_valgrind()) {
-            GTEST_SKIP() << "valgrind does not support userfaultfd";
+        if (!uffd_usable(&why)) {
+            GTEST_SKIP() << why;
         }
         select_engine(UCS_UMMUNOTIFY_ENGINE_UFFD);
     }
@@ -815,8 +809,8 @@ TEST(notifier_engine, auto_prefers_uffd)
     ucs_ummunotify_t *n;
     std::string why;
 
-    if (!uffd_available(&why) || under_valgrind()) {
-        GTEST_SKIP() << "no usable userfaultfd: " << why;
+    if (!uffd_usable(&why)) {
+        GTEST_SKIP() << why;
     }
     params.mode = UCS_UMMUNOTIFY_MODE_QUEUE;
     ASSERT_EQ(UCS_OK, ucs_ummunotify_open(&params, &n));

@@ -40,11 +40,8 @@ protected:
     {
         std::string why;
 
-        if (!uffd_available(&why)) {
-            GTEST_SKIP() << "no userfaultfd: " << why;
-        }
-        if (under_valgrind()) {
-            GTEST_SKIP() << "valgrind does not support userfaultfd";
+        if (!uffd_usable(&why)) {
+            GTEST_SKIP() << why;
         }
         ASSERT_TRUE(ucs_ummunotify_ucm_is_external())
             << "UCX_REMAPRING_UCM_EXTERNAL=y was not applied";
