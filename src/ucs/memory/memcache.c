@@ -8,6 +8,7 @@
 #endif
 
 #include <ucs/memory/memcache.h>
+#include <ucs/memory/range_table.h>
 #include <ucs/memory/ummunotify.h>
 
 #include <ucs/debug/log_def.h>
@@ -26,7 +27,7 @@
 
 
 /*
- * Entries live in an array sorted by start address (overlaps allowed), read
+ * Entries live in a range table (range_table.h; overlaps allowed), read
  * under a read lock and changed under the write lock. The notifier's SYNC
  * callback, which runs in the monitor, takes the write lock to unlink an
  * entry. Hence, like the notifier lock, the cache lock is never held across
@@ -56,10 +57,7 @@ struct ucs_memcache {
     ucs_memcache_params_t params;
     char                  name[64];
     pthread_rwlock_t      lock;
-    ucs_memcache_region_t **regions;
-    size_t                count;
-    size_t                capacity;
-    size_t                max_len;
+    ucs_range_table_t     table;
     ucs_memcache_region_t *garbage;  /* refcount 0, dropped: to release */
     ucs_ummunotify_t      *notifier;
     ucs_ummunotify_work_t gc_work;
@@ -344,114 +342,42 @@ static inline void ucs_memcache_flag_clear(ucs_memcache_region_t *region,
     __atomic_and_fetch(&region->flags, ~flag, __ATOMIC_ACQ_REL);
 }
 
-static size_t ucs_memcache_lower_bound(ucs_memcache_t *cache, uintptr_t addr)
+static inline ucs_memcache_region_t *ucs_memcache_region(ucs_range_t *range)
 {
-    size_t lo = 0, hi = cache->count, mid;
-
-    while (lo < hi) {
-        mid = (lo + hi) / 2;
-        if (cache->regions[mid]->start < addr) {
-            lo = mid + 1;
-        } else {
-            hi = mid;
-        }
-    }
-    return lo;
+    return ucs_container_of(range, ucs_memcache_region_t, range);
 }
 
 /* A region covering [start, end). Called with the lock (read or write). */
 static ucs_memcache_region_t *
 ucs_memcache_find(ucs_memcache_t *cache, uintptr_t start, uintptr_t end)
 {
-    ucs_memcache_region_t *region;
-    size_t idx;
+    ucs_range_t *range = ucs_range_table_find_cover(&cache->table, start, end);
 
-    /* candidates start in [start - max_len, start] */
-    idx = ucs_memcache_lower_bound(cache, start + 1);
-    while (idx-- > 0) {
-        region = cache->regions[idx];
-        if ((start - region->start) >= cache->max_len) {
-            break;
-        }
-        if (region->end >= end) {
-            return region;
-        }
-    }
-    return NULL;
+    return (range == NULL) ? NULL : ucs_memcache_region(range);
 }
 
 static void ucs_memcache_insert(ucs_memcache_t *cache,
                                 ucs_memcache_region_t *region)
 {
-    size_t idx = ucs_memcache_lower_bound(cache, region->start);
-
-    memmove(&cache->regions[idx + 1], &cache->regions[idx],
-            (cache->count - idx) * sizeof(*cache->regions));
-    cache->regions[idx] = region;
-    ++cache->count;
-    cache->max_len = ucs_max(cache->max_len, region->end - region->start);
+    ucs_range_table_insert(&cache->table, &region->range);
     ucs_memcache_flag_set(region, UCS_MEMCACHE_REGION_IN_TABLE);
 }
 
 static void ucs_memcache_remove(ucs_memcache_t *cache,
                                 ucs_memcache_region_t *region)
 {
-    size_t idx;
-
-    for (idx = ucs_memcache_lower_bound(cache, region->start);
-         idx < cache->count; ++idx) {
-        if (cache->regions[idx] == region) {
-            memmove(&cache->regions[idx], &cache->regions[idx + 1],
-                    (cache->count - idx - 1) * sizeof(*cache->regions));
-            --cache->count;
-            break;
-        }
-    }
-    if (cache->count == 0) {
-        cache->max_len = 0;
-    }
+    ucs_range_table_remove(&cache->table, &region->range);
     ucs_memcache_flag_clear(region, UCS_MEMCACHE_REGION_IN_TABLE);
 }
 
-/*
- * Take the write lock with room for one more region; the array grows
- * outside the lock and the old one is returned for freeing after unlock.
- */
-static ucs_status_t ucs_memcache_wrlock_reserve(ucs_memcache_t *cache,
-                                                void **old_p)
+static void ucs_memcache_wrlock(void *arg)
 {
-    ucs_memcache_region_t **regions;
-    size_t capacity;
+    pthread_rwlock_wrlock(&((ucs_memcache_t*)arg)->lock);
+}
 
-    *old_p = NULL;
-    pthread_rwlock_wrlock(&cache->lock);
-    while (cache->count == cache->capacity) {
-        capacity = (cache->capacity == 0) ? 64 : (cache->capacity * 2);
-        pthread_rwlock_unlock(&cache->lock);
-
-        free(*old_p);
-        *old_p  = NULL;
-        regions = malloc(capacity * sizeof(*regions));
-        if (regions == NULL) {
-            ucs_error("memcache %s: failed to allocate %zu entries",
-                      cache->name, capacity);
-            return UCS_ERR_NO_MEMORY;
-        }
-
-        pthread_rwlock_wrlock(&cache->lock);
-        if (cache->capacity < capacity) {
-            if (cache->count != 0) {
-                memcpy(regions, cache->regions,
-                       cache->count * sizeof(*regions));
-            }
-            *old_p          = cache->regions;
-            cache->regions  = regions;
-            cache->capacity = capacity;
-        } else {
-            *old_p = regions;
-        }
-    }
-    return UCS_OK;
+static void ucs_memcache_unlock(void *arg)
+{
+    pthread_rwlock_unlock(&((ucs_memcache_t*)arg)->lock);
 }
 
 /* ------------------------------------------------------------ lifetimes */
@@ -555,8 +481,10 @@ static void ucs_memcache_fork_child(void *arg)
 {
     ucs_memcache_t *cache = arg;
 
-    while (cache->count > 0) {
-        ucs_memcache_unlink(cache, cache->regions[cache->count - 1]);
+    while (cache->table.count > 0) {
+        ucs_memcache_unlink(cache,
+                            ucs_memcache_region(
+                                    cache->table.ranges[cache->table.count - 1]));
     }
     pthread_rwlock_init(&cache->lock, NULL);
 }
@@ -638,11 +566,12 @@ void ucs_memcache_destroy(ucs_memcache_t *cache)
 
     for (;;) {
         pthread_rwlock_wrlock(&cache->lock);
-        if (cache->count == 0) {
+        if (cache->table.count == 0) {
             pthread_rwlock_unlock(&cache->lock);
             break;
         }
-        region = cache->regions[cache->count - 1];
+        region = ucs_memcache_region(
+                cache->table.ranges[cache->table.count - 1]);
         gc     = ucs_memcache_unlink(cache, region);
         pthread_rwlock_unlock(&cache->lock);
         if (!gc) {
@@ -663,7 +592,7 @@ void ucs_memcache_destroy(ucs_memcache_t *cache)
                  cache->name, leaked);
     }
 
-    free(cache->regions);
+    ucs_range_table_cleanup(&cache->table);
     pthread_rwlock_destroy(&cache->lock);
     free(cache);
 }
@@ -733,16 +662,16 @@ ucs_status_t ucs_memcache_get(ucs_memcache_t *cache, void *address,
             return UCS_ERR_NO_MEMORY;
         }
 
-        region->start    = (uintptr_t)address & ~(page - 1);
-        region->end      = ((uintptr_t)address + length + page - 1) &
+        region->range.start    = (uintptr_t)address & ~(page - 1);
+        region->range.end      = ((uintptr_t)address + length + page - 1) &
                            ~(page - 1);
         region->refcount = 1; /* the caller's */
 
         /* Watch first, classify second: a change after the watch starts is
          * reported (and marks the region INVALID); one before it is seen
          * by the classification. */
-        status = ucs_ummunotify_register(cache->notifier, (void*)region->start,
-                                         region->end - region->start,
+        status = ucs_ummunotify_register(cache->notifier, (void*)region->range.start,
+                                         region->range.end - region->range.start,
                                          (uintptr_t)region, &watch);
         if (status == UCS_ERR_UNSUPPORTED) {
             watch = NULL;
@@ -753,8 +682,8 @@ ucs_status_t ucs_memcache_get(ucs_memcache_t *cache, void *address,
         }
         region->watch = watch;
 
-        status = ucs_memcache_classify((void*)region->start,
-                                       region->end - region->start,
+        status = ucs_memcache_classify((void*)region->range.start,
+                                       region->range.end - region->range.start,
                                        &region->info);
         if (status != UCS_OK) {
             goto err_release;
@@ -774,7 +703,8 @@ ucs_status_t ucs_memcache_get(ucs_memcache_t *cache, void *address,
             return UCS_OK;
         }
 
-        status = ucs_memcache_wrlock_reserve(cache, &old);
+        status = ucs_range_table_reserve(&cache->table, ucs_memcache_wrlock,
+                                         ucs_memcache_unlock, cache, &old);
         if (status != UCS_OK) {
             goto err_release;
         }
@@ -806,7 +736,7 @@ ucs_status_t ucs_memcache_get(ucs_memcache_t *cache, void *address,
         free(old);
 
         ucs_trace("memcache %s: region 0x%lx..0x%lx %s", cache->name,
-                  region->start, region->end,
+                  region->range.start, region->range.end,
                   ucs_memcache_backing_name(region->info.backing));
         *region_p = region;
         return UCS_OK;

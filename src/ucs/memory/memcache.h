@@ -44,6 +44,7 @@
  */
 
 #include <ucs/memory/memory_type.h>
+#include <ucs/memory/range_table.h>
 #include <ucs/type/status.h>
 #include <ucs/sys/compiler_def.h>
 #include <stddef.h>
@@ -102,8 +103,7 @@ typedef struct {
  * 'memh', which the registration callback fills.
  */
 struct ucs_memcache_region {
-    uintptr_t             start;    /**< page aligned */
-    uintptr_t             end;      /**< page aligned, exclusive */
+    ucs_range_t           range;    /**< page aligned, end exclusive */
     ucs_memcache_info_t   info;     /**< classification */
     void                  *memh;    /**< memory domain's registration */
 

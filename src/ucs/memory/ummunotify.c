@@ -9,6 +9,8 @@
 
 #include "ummunotify_int.h"
 
+#include <ucs/memory/range_table.h>
+
 #include <ucs/config/parser.h>
 #include <ucs/debug/log_def.h>
 #include <ucs/sys/compiler_def.h>
@@ -24,10 +26,9 @@
  * Core of the notifier: clients, the registration table, engine selection,
  * the worker thread that runs deferred work, and fork handling.
  *
- * The registration table is an array of active registrations sorted by
- * start address. Registrations may overlap (several clients, or one client
- * watching overlapping ranges). Every registration overlapping [s, e) has
- * start in [s - max_len, e), which bounds the scan.
+ * The registration table (range_table.h) holds the active registrations.
+ * They may overlap: several clients, or one client watching overlapping
+ * ranges.
  */
 
 
@@ -36,8 +37,7 @@
 
 
 struct ucs_ummunotify_reg {
-    uintptr_t               start;    /* page aligned */
-    uintptr_t               end;      /* page aligned */
+    ucs_range_t             range;    /* page aligned */
     uint64_t                cookie;
     ucs_ummunotify_t        *client;
     ucs_list_link_t         list;     /* in client->regs */
@@ -69,10 +69,7 @@ typedef struct {
     ucs_list_link_t         clients;
 
     /* registration table, protected by lock */
-    ucs_ummunotify_reg_t    **regs;
-    size_t                  count;
-    size_t                  capacity;
-    size_t                  max_len;
+    ucs_range_table_t       table;
 
     /* worker thread */
     pthread_mutex_t         wlock;
@@ -307,96 +304,30 @@ void ucs_ummunotify_flush(void)
 
 /* ----------------------------------------------------------------- table */
 
-/* Index of the first registration with start >= addr. Called with lock. */
-static size_t ucs_ummunotify_table_lower_bound(uintptr_t addr)
+static void ucs_ummunotify_table_lock(void *arg)
 {
-    size_t lo = 0, hi = g.count, mid;
-
-    while (lo < hi) {
-        mid = (lo + hi) / 2;
-        if (g.regs[mid]->start < addr) {
-            lo = mid + 1;
-        } else {
-            hi = mid;
-        }
-    }
-    return lo;
-}
-
-static size_t ucs_ummunotify_table_first_overlap(uintptr_t start)
-{
-    return ucs_ummunotify_table_lower_bound(
-            (start > g.max_len) ? (start - g.max_len) : 0);
-}
-
-/*
- * Take the lock with room for one more registration in the table. The array
- * is grown outside the lock; the old one is returned in *old_p, to be freed
- * after unlocking.
- */
-static ucs_status_t ucs_ummunotify_table_lock_reserve(void **old_p)
-{
-    ucs_ummunotify_reg_t **regs;
-    size_t capacity;
-
-    *old_p = NULL;
     pthread_mutex_lock(&g.lock);
-    while (g.count == g.capacity) {
-        capacity = (g.capacity == 0) ? 64 : (g.capacity * 2);
-        pthread_mutex_unlock(&g.lock);
+}
 
-        free(*old_p);
-        regs = malloc(capacity * sizeof(*regs));
-        if (regs == NULL) {
-            ucs_error("notifier: failed to allocate table of %zu entries",
-                      capacity);
-            *old_p = NULL;
-            return UCS_ERR_NO_MEMORY;
-        }
+static void ucs_ummunotify_table_unlock(void *arg)
+{
+    pthread_mutex_unlock(&g.lock);
+}
 
-        pthread_mutex_lock(&g.lock);
-        if (g.capacity < capacity) {
-            if (g.count != 0) {
-                memcpy(regs, g.regs, g.count * sizeof(*regs));
-            }
-            *old_p     = g.regs;
-            g.regs     = regs;
-            g.capacity = capacity;
-        } else {
-            *old_p = regs;
-        }
-    }
-    return UCS_OK;
+static inline ucs_ummunotify_reg_t *ucs_ummunotify_table_at(size_t idx)
+{
+    return ucs_container_of(g.table.ranges[idx], ucs_ummunotify_reg_t, range);
 }
 
 static void ucs_ummunotify_table_insert(ucs_ummunotify_reg_t *reg)
 {
-    size_t idx = ucs_ummunotify_table_lower_bound(reg->start);
-
-    memmove(&g.regs[idx + 1], &g.regs[idx],
-            (g.count - idx) * sizeof(*g.regs));
-    g.regs[idx] = reg;
-    ++g.count;
-    g.max_len   = ucs_max(g.max_len, reg->end - reg->start);
+    ucs_range_table_insert(&g.table, &reg->range);
     reg->in_table = 1;
 }
 
 static void ucs_ummunotify_table_remove(ucs_ummunotify_reg_t *reg)
 {
-    size_t idx;
-
-    for (idx = ucs_ummunotify_table_lower_bound(reg->start); idx < g.count;
-         ++idx) {
-        if (g.regs[idx] == reg) {
-            memmove(&g.regs[idx], &g.regs[idx + 1],
-                    (g.count - idx - 1) * sizeof(*g.regs));
-            --g.count;
-            break;
-        }
-    }
-    if (g.count == 0) {
-        g.max_len = 0;
-    }
+    ucs_range_table_remove(&g.table, &reg->range);
     reg->in_table = 0;
 }
 
@@ -411,16 +342,16 @@ static void ucs_ummunotify_table_unsubscribe_gaps(uintptr_t start,
     ucs_ummunotify_reg_t *reg;
     size_t idx;
 
-    for (idx = ucs_ummunotify_table_first_overlap(start);
-         (idx < g.count) && (g.regs[idx]->start < end); ++idx) {
-        reg = g.regs[idx];
-        if (reg->end <= cursor) {
+    for (idx = ucs_range_table_first_overlap(&g.table, start);
+         (idx < g.table.count) && (g.table.ranges[idx]->start < end); ++idx) {
+        reg = ucs_ummunotify_table_at(idx);
+        if (reg->range.end <= cursor) {
             continue;
         }
-        if (reg->start > cursor) {
-            g.ops->unsubscribe(cursor, reg->start);
+        if (reg->range.start > cursor) {
+            g.ops->unsubscribe(cursor, reg->range.start);
         }
-        cursor = reg->end;
+        cursor = reg->range.end;
         if (cursor >= end) {
             return;
         }
@@ -448,8 +379,8 @@ static void ucs_ummunotify_deliver(ucs_ummunotify_reg_t *reg,
     ucs_ummunotify_event_t event;
 
     event.cookie = reg->cookie;
-    event.start  = ucs_max(start, reg->start);
-    event.end    = ucs_min(end, reg->end);
+    event.start  = ucs_max(start, reg->range.start);
+    event.end    = ucs_min(end, reg->range.end);
     event.type   = type;
 
     switch (client->params.mode) {
@@ -466,41 +397,27 @@ static void ucs_ummunotify_deliver(ucs_ummunotify_reg_t *reg,
     }
 }
 
+/* A registration the event overlaps: one-shot, it left the table before the
+ * callback, which so sees the final state */
+static void ucs_ummunotify_apply_one(ucs_range_t *range, void *arg)
+{
+    const ucs_ummunotify_event_t *event = arg;
+    ucs_ummunotify_reg_t *reg = ucs_container_of(range, ucs_ummunotify_reg_t,
+                                                 range);
+
+    reg->in_table = 0;
+    __atomic_store_n(&reg->valid, 0, __ATOMIC_RELEASE);
+    ucs_ummunotify_deliver(reg, event->type, event->start, event->end);
+}
+
 int ucs_ummunotify_apply(ucs_ummunotify_event_type_t type, uintptr_t start,
                          uintptr_t end)
 {
-    size_t first, idx, out;
-    ucs_ummunotify_reg_t *reg;
+    ucs_ummunotify_event_t event = {.start = start, .end = end, .type = type};
 
-    if (end <= start) {
-        return 0;
-    }
-
-    first = ucs_ummunotify_table_first_overlap(start);
-    out   = first;
-    for (idx = first; (idx < g.count) && (g.regs[idx]->start < end); ++idx) {
-        reg = g.regs[idx];
-        if (reg->end <= start) {
-            g.regs[out++] = reg; /* starts before, ends before: keep */
-            continue;
-        }
-
-        /* one-shot: unlink first, so the callback sees the final state */
-        reg->in_table = 0;
-        __atomic_store_n(&reg->valid, 0, __ATOMIC_RELEASE);
-        ucs_ummunotify_deliver(reg, type, start, end);
-    }
-
-    if (out == idx) {
-        return 0;
-    }
-
-    memmove(&g.regs[out], &g.regs[idx], (g.count - idx) * sizeof(*g.regs));
-    g.count -= idx - out;
-    if (g.count == 0) {
-        g.max_len = 0;
-    }
-    return 1;
+    return ucs_range_table_remove_overlapping(&g.table, start, end,
+                                              ucs_ummunotify_apply_one,
+                                              &event) > 0;
 }
 
 static void ucs_ummunotify_dispatch(ucs_ummunotify_work_t *work)
@@ -713,7 +630,8 @@ void ucs_ummunotify_close(ucs_ummunotify_t *client)
         if (reg->in_table) {
             ucs_ummunotify_table_remove(reg);
             if (g.state == UCS_UMMUNOTIFY_STATE_RUNNING) {
-                ucs_ummunotify_table_unsubscribe_gaps(reg->start, reg->end);
+                ucs_ummunotify_table_unsubscribe_gaps(reg->range.start,
+                                                      reg->range.end);
             }
         }
         __atomic_store_n(&reg->valid, 0, __ATOMIC_RELEASE);
@@ -778,19 +696,21 @@ ucs_status_t ucs_ummunotify_register(ucs_ummunotify_t *client,
         return UCS_ERR_NO_MEMORY;
     }
 
-    reg->start    = (uintptr_t)address & ~(page - 1);
-    reg->end      = ((uintptr_t)address + length + page - 1) & ~(page - 1);
+    reg->range.start = (uintptr_t)address & ~(page - 1);
+    reg->range.end   = ((uintptr_t)address + length + page - 1) &
+                       ~(page - 1);
     reg->cookie   = cookie;
     reg->client   = client;
     reg->valid    = 1;
     reg->in_table = 0;
 
-    status = ucs_ummunotify_table_lock_reserve(&old);
+    status = ucs_range_table_reserve(&g.table, ucs_ummunotify_table_lock,
+                                     ucs_ummunotify_table_unlock, NULL, &old);
     if (status != UCS_OK) {
         goto err_free;
     }
 
-    status = g.ops->subscribe(reg->start, reg->end);
+    status = g.ops->subscribe(reg->range.start, reg->range.end);
     if (status != UCS_OK) {
         pthread_mutex_unlock(&g.lock);
         goto err_free;
@@ -817,7 +737,8 @@ void ucs_ummunotify_unregister(ucs_ummunotify_reg_t *reg)
         ucs_ummunotify_table_remove(reg);
         reg->valid = 0;
         if (g.state == UCS_UMMUNOTIFY_STATE_RUNNING) {
-            ucs_ummunotify_table_unsubscribe_gaps(reg->start, reg->end);
+            ucs_ummunotify_table_unsubscribe_gaps(reg->range.start,
+                                                      reg->range.end);
         }
     }
     ucs_list_del(&reg->list);
@@ -881,12 +802,11 @@ static void ucs_ummunotify_atfork_child(void)
     ucs_ummunotify_t *client;
     size_t idx;
 
-    for (idx = 0; idx < g.count; ++idx) {
-        g.regs[idx]->in_table = 0;
-        g.regs[idx]->valid    = 0;
+    for (idx = 0; idx < g.table.count; ++idx) {
+        ucs_ummunotify_table_at(idx)->in_table = 0;
+        ucs_ummunotify_table_at(idx)->valid    = 0;
     }
-    g.count   = 0;
-    g.max_len = 0;
+    ucs_range_table_clear(&g.table);
 
     /* the monitor may have been between its two increments */
     if (ucs_ummunotify_seq & 1) {
@@ -946,8 +866,5 @@ UCS_STATIC_CLEANUP {
         ucs_config_parser_release_opts(&ucs_ummunotify_config,
                                        ucs_ummunotify_config_table);
     }
-    free(g.regs);
-    g.regs     = NULL;
-    g.capacity = 0;
-    g.count    = 0;
+    ucs_range_table_cleanup(&g.table);
 }

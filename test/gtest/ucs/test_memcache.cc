@@ -98,8 +98,8 @@ TEST_F(memcache, anon_hit_and_drop)
     ASSERT_NE(nullptr, r);
     EXPECT_EQ(UCS_MEMORY_TYPE_HOST, r->info.mem_type);
     EXPECT_EQ(UCS_MEMCACHE_BACKING_ANON, r->info.backing);
-    EXPECT_EQ((uintptr_t)AT(p, 1), r->start);
-    EXPECT_EQ((uintptr_t)AT(p, 2), r->end);
+    EXPECT_EQ((uintptr_t)AT(p, 1), r->range.start);
+    EXPECT_EQ((uintptr_t)AT(p, 2), r->range.end);
 
     auto r2 = get(AT(p, 1) + 200, 300);
     EXPECT_EQ(r, r2) << "a covered buffer is a hit";

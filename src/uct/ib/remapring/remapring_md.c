@@ -160,8 +160,8 @@ static ucs_status_t uct_remapring_memcache_reg(void *arg,
         return UCS_ERR_NO_MEMORY;
     }
 
-    memh->address = (void*)region->start;
-    memh->length  = region->end - region->start;
+    memh->address = (void*)region->range.start;
+    memh->length  = region->range.end - region->range.start;
     memh->region  = region;
     region->memh  = memh;
     return UCS_OK;
