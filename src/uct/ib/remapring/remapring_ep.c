@@ -472,12 +472,8 @@ ssize_t uct_remapring_ep_am_bcopy(uct_ep_h tl_ep, uint8_t id,
 
     /* the upper layer's packer cannot write into another process: pack
      * here, then check credit for the real size */
-    if (!uct_remapring_ring_writer_has_credit(&ep->writer, 0)) {
-        ep->writer.limit = uct_remapring_wire_released_head(ep->wire) +
-                           ep->writer.window_size;
-        if (!uct_remapring_ring_writer_has_credit(&ep->writer, 0)) {
-            return UCS_ERR_NO_RESOURCE;
-        }
+    if (!uct_remapring_ring_writer_can_send(&ep->writer, 0)) {
+        return UCS_ERR_NO_RESOURCE;
     }
 
     iov.iov_base = iface->tx.bounce;
@@ -648,13 +644,7 @@ static int uct_remapring_ep_can_send(uct_remapring_ep_t *ep, size_t length)
         length = uct_remapring_ring_writer_max_payload(&ep->writer);
     }
 
-    if (uct_remapring_ring_writer_has_credit(&ep->writer, length)) {
-        return 1;
-    }
-
-    ep->writer.limit = uct_remapring_wire_released_head(ep->wire) +
-                       ep->writer.window_size;
-    if (uct_remapring_ring_writer_has_credit(&ep->writer, length)) {
+    if (uct_remapring_ring_writer_can_send(&ep->writer, length)) {
         return 1;
     }
 

@@ -71,16 +71,14 @@ static void uct_remapring_ring_credit(uct_remapring_ring_t *ring)
 {
     uct_remapring_pool_t *pool = ring->pool;
     uint64_t done              = ring->head & ~(uint64_t)(ring->block_size - 1);
-    uct_remapring_pool_block_t *block;
     ucs_status_t status;
     uint32_t fresh;
     unsigned slot;
 
     while (ring->credited < done) {
-        slot  = uct_remapring_ring_slot(ring, ring->credited);
-        block = &pool->blocks[ring->slots[slot]];
+        slot = uct_remapring_ring_slot(ring, ring->credited);
 
-        if (block->nholds > 0) {
+        if (pool->blocks[ring->slots[slot]].nholds > 0) {
             status = uct_remapring_pool_block_get(pool, &fresh);
             if (status != UCS_OK) {
                 if (!ring->waiting) {
@@ -106,11 +104,8 @@ static void uct_remapring_ring_credit(uct_remapring_ring_t *ring)
                 break;
             }
 
-            block->state = UCT_REMAPRING_POOL_BLOCK_DETACHED;
-            block->owner = NULL;
-            pool->stats.ndetached++;
-            pool->blocks[fresh].owner = ring;
-            pool->blocks[fresh].slot  = slot;
+            uct_remapring_pool_block_detach(pool, ring->slots[slot]);
+            uct_remapring_pool_block_attach(pool, fresh, ring, slot);
             uct_remapring_ring_set_slot(ring, slot, fresh);
             ring->stats.nremaps++;
         } else {
@@ -201,8 +196,7 @@ uct_remapring_ring_create(uct_remapring_pool_t *pool,
             goto err_put_blocks;
         }
 
-        pool->blocks[ring->slots[i]].owner = ring;
-        pool->blocks[ring->slots[i]].slot  = i;
+        uct_remapring_pool_block_attach(pool, ring->slots[i], ring, i);
         uct_remapring_ring_set_slot(ring, i, ring->slots[i]);
     }
 
@@ -252,8 +246,6 @@ err_free_ring:
 
 void uct_remapring_ring_destroy(uct_remapring_ring_t *ring)
 {
-    uct_remapring_pool_t *pool = ring->pool;
-    uct_remapring_pool_block_t *block;
     unsigned i;
 
     if (ring->waiting) {
@@ -261,14 +253,7 @@ void uct_remapring_ring_destroy(uct_remapring_ring_t *ring)
     }
 
     for (i = 0; i < ring->nslots; ++i) {
-        block = &pool->blocks[ring->slots[i]];
-        if (block->nholds > 0) {
-            block->state = UCT_REMAPRING_POOL_BLOCK_DETACHED;
-            block->owner = NULL;
-            pool->stats.ndetached++;
-        } else {
-            uct_remapring_pool_block_put(pool, ring->slots[i]);
-        }
+        uct_remapring_pool_block_detach(ring->pool, ring->slots[i]);
     }
 
     munmap(ring->view, ring->window_size);
@@ -374,16 +359,10 @@ uct_remapring_ring_poll(uct_remapring_ring_t *ring, uct_remapring_ring_rx_t *rx)
 void uct_remapring_ring_consume(uct_remapring_ring_t *ring,
                                 const uct_remapring_ring_rx_t *rx, int hold)
 {
-    uct_remapring_pool_t *pool = ring->pool;
-    uct_remapring_pool_block_t *block;
-
     if (hold) {
-        block = &pool->blocks[ring->slots[uct_remapring_ring_slot(ring,
-                                                                  rx->offset)]];
-        if (block->nholds++ == 0) {
-            pool->stats.nheld_blocks++;
-        }
-        pool->stats.nholds++;
+        uct_remapring_pool_block_hold(ring->pool,
+                                      ring->slots[uct_remapring_ring_slot(
+                                              ring, rx->offset)]);
         ring->stats.nholds++;
     }
 
@@ -399,7 +378,6 @@ ucs_status_t
 uct_remapring_ring_release(uct_remapring_pool_t *pool, const void *addr)
 {
     uint32_t index = uct_remapring_pool_block_of(pool, addr);
-    uct_remapring_pool_block_t *block;
     uct_remapring_ring_t *ring, *tmp;
 
     if ((index == UCT_REMAPRING_POOL_BLOCK_NONE) ||
@@ -408,20 +386,18 @@ uct_remapring_ring_release(uct_remapring_pool_t *pool, const void *addr)
         return UCS_ERR_INVALID_PARAM;
     }
 
-    block = &pool->blocks[index];
-    pool->stats.nholds--;
-    if (--block->nholds > 0) {
+    switch (uct_remapring_pool_block_unhold(pool, index)) {
+    case UCT_REMAPRING_POOL_UNHOLD_HELD:
         return UCS_OK;
-    }
-
-    pool->stats.nheld_blocks--;
-    if (block->state == UCT_REMAPRING_POOL_BLOCK_DETACHED) {
-        pool->stats.ndetached--;
-        uct_remapring_pool_block_put(pool, index);
-    } else if (!((uct_remapring_ring_t *)block->owner)->waiting) {
-        /* Still under its slot, and the ring is not stuck on it: the slot
-         * is reused in place when the head leaves it */
-        return UCS_OK;
+    case UCT_REMAPRING_POOL_UNHOLD_ATTACHED:
+        if (!pool->blocks[index].owner->waiting) {
+            /* Still under its slot, and the ring is not stuck on it: the
+             * slot is reused in place when the head leaves it */
+            return UCS_OK;
+        }
+        break;
+    case UCT_REMAPRING_POOL_UNHOLD_FREED:
+        break;
     }
 
     /* A block became free, or a waiting ring's own block lost its holds:
@@ -508,20 +484,15 @@ ucs_status_t uct_remapring_ring_writer_send(uct_remapring_ring_writer_t *writer,
         return UCS_ERR_EXCEEDS_LIMIT;
     }
 
+    if (ucs_unlikely(!uct_remapring_ring_writer_can_send(writer, length))) {
+        writer->stats.nno_resource++;
+        return UCS_ERR_NO_RESOURCE;
+    }
+
     offset = writer->tail;
     size   = uct_remapring_ring_record_size(writer->payload_offset, length);
     room   = writer->block_size - (offset & (writer->block_size - 1));
     end    = offset + ((size > room) ? room : 0) + size;
-
-    if (end > writer->limit) {
-        writer->stats.ncredit_reads++;
-        writer->limit = uct_remapring_wire_released_head(writer->wire) +
-                        writer->window_size;
-        if (end > writer->limit) {
-            writer->stats.nno_resource++;
-            return UCS_ERR_NO_RESOURCE;
-        }
-    }
 
     if (size > room) {
         pad.offset         = offset;

@@ -244,7 +244,7 @@ typedef struct uct_remapring_ring_rx {
 /**
  * Reader side of one ring: the ring view, its slot table and the head.
  */
-typedef struct uct_remapring_ring {
+struct uct_remapring_ring {
     uct_remapring_pool_t *pool;
     uct_remapring_ring_ctl_t *ctl;
     void *view; /* ring view, W bytes */
@@ -266,7 +266,7 @@ typedef struct uct_remapring_ring {
     int waiting; /* on pool->waiters */
     ucs_list_link_t list; /* in pool->waiters */
     uct_remapring_ring_stats_t stats;
-} uct_remapring_ring_t;
+};
 
 
 /**
@@ -424,6 +424,25 @@ uct_remapring_ring_writer_has_credit(const uct_remapring_ring_writer_t *writer,
                     (writer->tail & (writer->block_size - 1));
 
     return writer->tail + ((size > room) ? room : 0) + size <= writer->limit;
+}
+
+
+/**
+ * Whether a record with @a length payload bytes fits, reloading the released
+ * head if the credit known so far is not enough; writer side.
+ */
+static inline int
+uct_remapring_ring_writer_can_send(uct_remapring_ring_writer_t *writer,
+                                   size_t length)
+{
+    if (uct_remapring_ring_writer_has_credit(writer, length)) {
+        return 1;
+    }
+
+    writer->stats.ncredit_reads++;
+    writer->limit = uct_remapring_wire_released_head(writer->wire) +
+                    writer->window_size;
+    return uct_remapring_ring_writer_has_credit(writer, length);
 }
 
 

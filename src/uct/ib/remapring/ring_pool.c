@@ -220,6 +220,60 @@ void uct_remapring_pool_block_put(uct_remapring_pool_t *pool, uint32_t index)
     pool->stats.nfree++;
 }
 
+void uct_remapring_pool_block_attach(uct_remapring_pool_t *pool,
+                                     uint32_t index, uct_remapring_ring_t *ring,
+                                     unsigned slot)
+{
+    uct_remapring_pool_block_t *block = &pool->blocks[index];
+
+    block->state = UCT_REMAPRING_POOL_BLOCK_ATTACHED;
+    block->owner = ring;
+    block->slot  = slot;
+}
+
+void uct_remapring_pool_block_detach(uct_remapring_pool_t *pool,
+                                     uint32_t index)
+{
+    uct_remapring_pool_block_t *block = &pool->blocks[index];
+
+    if (block->nholds == 0) {
+        uct_remapring_pool_block_put(pool, index);
+        return;
+    }
+
+    block->state = UCT_REMAPRING_POOL_BLOCK_DETACHED;
+    block->owner = NULL;
+    pool->stats.ndetached++;
+}
+
+void uct_remapring_pool_block_hold(uct_remapring_pool_t *pool, uint32_t index)
+{
+    if (pool->blocks[index].nholds++ == 0) {
+        pool->stats.nheld_blocks++;
+    }
+    pool->stats.nholds++;
+}
+
+uct_remapring_pool_unhold_t
+uct_remapring_pool_block_unhold(uct_remapring_pool_t *pool, uint32_t index)
+{
+    uct_remapring_pool_block_t *block = &pool->blocks[index];
+
+    pool->stats.nholds--;
+    if (--block->nholds > 0) {
+        return UCT_REMAPRING_POOL_UNHOLD_HELD;
+    }
+
+    pool->stats.nheld_blocks--;
+    if (block->state != UCT_REMAPRING_POOL_BLOCK_DETACHED) {
+        return UCT_REMAPRING_POOL_UNHOLD_ATTACHED;
+    }
+
+    pool->stats.ndetached--;
+    uct_remapring_pool_block_put(pool, index);
+    return UCT_REMAPRING_POOL_UNHOLD_FREED;
+}
+
 ucs_status_t uct_remapring_pool_map(uct_remapring_pool_t *pool, uint32_t block,
                                     unsigned count, void *addr)
 {

@@ -18,9 +18,10 @@
  * - A block is FREE (on the free list), ATTACHED (backs one slot of one ring
  *   view) or DETACHED (left its slot while records in it were held; it
  *   returns to the free list when its last hold is released).
- * - nholds counts the held records in a block; only the ring engine changes
- *   it (ring.c). Nothing here is thread safe: all calls on one pool, and on
- *   the rings made from it, are serialised by the caller (the receiver).
+ * - nholds counts the held records in a block. The block's state, owner and
+ *   holds change only through the functions below, which keep the counters.
+ *   Nothing here is thread safe: all calls on one pool, and on the rings
+ *   made from it, are serialised by the caller (the receiver).
  */
 
 #include <ucs/datastruct/list.h>
@@ -34,6 +35,9 @@ BEGIN_C_DECLS
 
 
 #define UCT_REMAPRING_POOL_BLOCK_NONE UINT32_MAX
+
+
+typedef struct uct_remapring_ring uct_remapring_ring_t;
 
 
 /**
@@ -54,7 +58,7 @@ typedef struct uct_remapring_pool_block {
     uint32_t next_free; /* free list link, while FREE */
     uint32_t state; /* uct_remapring_pool_block_state_t */
     uint32_t slot; /* slot it backs, while ATTACHED */
-    void *owner; /* ring it backs, while ATTACHED */
+    uct_remapring_ring_t *owner; /* ring it backs, while ATTACHED */
 } uct_remapring_pool_block_t;
 
 
@@ -146,6 +150,47 @@ uct_remapring_pool_block_get(uct_remapring_pool_t *pool, uint32_t *block_p);
  * Return a block with no holds to the free list.
  */
 void uct_remapring_pool_block_put(uct_remapring_pool_t *pool, uint32_t block);
+
+
+/**
+ * A block taken with uct_remapring_pool_block_get() now backs slot @a slot
+ * of @a ring.
+ */
+void uct_remapring_pool_block_attach(uct_remapring_pool_t *pool,
+                                     uint32_t block, uct_remapring_ring_t *ring,
+                                     unsigned slot);
+
+
+/**
+ * A block leaves its slot: to the free list if nothing in it is held, else
+ * DETACHED until its last hold is released.
+ */
+void uct_remapring_pool_block_detach(uct_remapring_pool_t *pool,
+                                     uint32_t block);
+
+
+/**
+ * One more record of @a block is held.
+ */
+void uct_remapring_pool_block_hold(uct_remapring_pool_t *pool, uint32_t block);
+
+
+/**
+ * Result of releasing a hold.
+ */
+typedef enum {
+    UCT_REMAPRING_POOL_UNHOLD_HELD, /* other records still held */
+    UCT_REMAPRING_POOL_UNHOLD_ATTACHED, /* last hold; still under its slot */
+    UCT_REMAPRING_POOL_UNHOLD_FREED /* last hold of a detached block: the
+                                       block went to the free list */
+} uct_remapring_pool_unhold_t;
+
+
+/**
+ * Release one held record of @a block, which must have holds.
+ */
+uct_remapring_pool_unhold_t
+uct_remapring_pool_block_unhold(uct_remapring_pool_t *pool, uint32_t block);
 
 
 /**
