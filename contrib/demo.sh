@@ -13,7 +13,7 @@ build=${BUILD_DIR:-$top/build}
 export REMAPRING_MODULE=$build/.libs/libuct_remapring.so
 run=$build/contrib/remapring-run
 
-# the module offers its transport only to processes whose UCX_TLS names it
+# remapring alone (and self for loopback), not weighed against the others
 export UCX_TLS=remapring,self
 
 echo "== the module, preloaded, as ucx_info sees it"

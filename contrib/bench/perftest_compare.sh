@@ -22,7 +22,6 @@ usage: $0 [options]
 
 Transports compared, two local processes each time:
   UCT  -x remapring -d memory | -x posix -d memory | -x cma -d memory
-       (with UCX_TLS set to the transport: remapring is offered only then)
   UCP  UCX_TLS=remapring,self | posix,self | cma,posix,self
 UCT posix has no zero-copy put/get and cma has no active messages, so those
 cells are "-". cma alone cannot run UCP (it has no active messages): its
@@ -132,7 +131,6 @@ uct() {
             v[$tl.$m]=-
         done
         [[ " $tls " == *" $tl "* ]] || continue
-        # the module offers its device only where UCX_TLS names it
         measure "$tl" "$tl" "$metrics" -x "$tl" -d memory -s "$size" \
             $(iters "$size") "$@"
     done

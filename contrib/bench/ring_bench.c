@@ -254,7 +254,7 @@ ring_bench_point(const ring_bench_opts_t *opts, size_t size, double hold_pct)
     }
 
     uct_remapring_pool_get_stats(pool, &pool_stats);
-    per_msg = uct_remapring_ring_record_size(writer.payload_offset, size);
+    per_msg = uct_remapring_ring_record_size(&writer.layout, 0, size);
     /* a held message keeps ceil(size / 8 KiB) whole descriptors */
     desc_ratio = (size == 0) ? 0 :
                                (double)((size + RING_BENCH_DESC_8K - 1) /

@@ -21,9 +21,6 @@ trap 'rm -rf "$tmp"' EXIT
 
 command -v ucx_perftest >/dev/null || skip "ucx_perftest not installed"
 
-# the module offers its device only to a process whose UCX_TLS names it
-export UCX_TLS=remapring
-
 # the interface's limits, from the remapring block of ucx_info -d
 LD_PRELOAD=$REMAPRING_MODULE ucx_info -d > "$tmp/d" 2>&1 || fail "ucx_info -d"
 cap() {

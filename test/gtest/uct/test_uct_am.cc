@@ -190,7 +190,9 @@ TEST_P(test_uct_am, capabilities)
     EXPECT_GE(attr.cap.am.max_short, 64u);
     EXPECT_GT(attr.cap.am.max_bcopy, block - 512);
     EXPECT_LT(attr.cap.am.max_bcopy, block);
-    EXPECT_GE(attr.cap.am.max_zcopy, attr.cap.am.max_bcopy);
+    /* a zcopy's header and payload share one record */
+    EXPECT_EQ(attr.cap.am.max_bcopy, attr.cap.am.max_zcopy +
+                                     attr.cap.am.max_hdr);
     EXPECT_GE(attr.cap.am.max_iov, 2u);
     EXPECT_GE(attr.cap.am.max_hdr, 64u);
     EXPECT_GT(attr.iface_addr_len, 0u);
@@ -361,20 +363,25 @@ TEST_P(test_uct_am, mixed_order)
 TEST_P(test_uct_am, over_limits)
 {
     const uct_iface_attr_t &attr = m_sender->attr;
-    std::vector<uint8_t> header(attr.cap.am.max_hdr);
-    std::vector<uint8_t> payload(attr.cap.am.max_zcopy + 1);
-    uct_iov_t iov = {payload.data(), payload.size(), UCT_MEM_HANDLE_NULL, 0,
-                     1};
+    std::vector<uint8_t> header(attr.cap.am.max_hdr + 1);
+    std::vector<uint8_t> payload(attr.cap.am.max_bcopy + 1);
+    uct_iov_t iov = {payload.data(), attr.cap.am.max_zcopy + 1,
+                     UCT_MEM_HANDLE_NULL, 0, 1};
     scoped_log_capture log;
 
-    /* a zcopy larger than max_zcopy does not fit a record */
-    EXPECT_EQ(UCS_ERR_EXCEEDS_LIMIT,
+    /* each limit is checked, as UCX's own transports do */
+    EXPECT_EQ(UCS_ERR_INVALID_PARAM,
               uct_ep_am_zcopy(m_ep, AM_ID, NULL, 0, &iov, 1, 0, NULL));
-    /* header and payload count together */
     iov.length = attr.cap.am.max_zcopy;
-    EXPECT_EQ(UCS_ERR_EXCEEDS_LIMIT,
-              uct_ep_am_zcopy(m_ep, AM_ID, header.data(), 8, &iov, 1, 0,
-                              NULL));
+    EXPECT_EQ(UCS_ERR_INVALID_PARAM,
+              uct_ep_am_zcopy(m_ep, AM_ID, header.data(), header.size(),
+                              &iov, 1, 0, NULL));
+    EXPECT_EQ(UCS_ERR_INVALID_PARAM,
+              uct_ep_am_short(m_ep, AM_ID, 0, payload.data(),
+                              attr.cap.am.max_short + 1));
+    iov.length = attr.cap.am.max_short + sizeof(uint64_t) + 1;
+    EXPECT_EQ(UCS_ERR_INVALID_PARAM,
+              uct_ep_am_short_iov(m_ep, AM_ID, &iov, 1));
 
     /* nothing of that reached the receiver, and the ep still works */
     EXPECT_EQ(UCS_OK, retry([&]() {

@@ -235,4 +235,28 @@ TEST_F(test_uct_rma, outside_rkey_refused)
     EXPECT_EQ(UCS_OK, rma(true, local, 1, REMOTE_SIZE - 4096));
 }
 
+/* No key at all, or UCT's invalid key: refused, never dereferenced */
+TEST_F(test_uct_rma, missing_rkey_refused)
+{
+    std::vector<uint8_t> local(64, 0xee);
+    std::vector<uct_iov_t> iov = make_iov(local, 1);
+    scoped_log_capture log;
+
+    memset(m_remote.data(), 0, m_remote.size());
+    for (uct_rkey_t rkey : {(uct_rkey_t)0, (uct_rkey_t)UCT_INVALID_RKEY}) {
+        EXPECT_EQ(UCS_ERR_INVALID_PARAM,
+                  uct_ep_put_zcopy(m_ep, iov.data(), 1,
+                                   (uintptr_t)m_remote.data(), rkey, NULL));
+        EXPECT_EQ(UCS_ERR_INVALID_PARAM,
+                  uct_ep_get_zcopy(m_ep, iov.data(), 1,
+                                   (uintptr_t)m_remote.data(), rkey, NULL));
+    }
+    EXPECT_TRUE(log.contains("no remote key")) << log.all();
+
+    for (uint8_t b : m_remote) {
+        ASSERT_EQ(0, b) << "refused put wrote memory";
+    }
+    EXPECT_EQ(UCS_OK, rma(true, local, 1, 0));
+}
+
 } // namespace

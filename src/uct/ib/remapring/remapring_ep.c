@@ -9,134 +9,415 @@
 #include "remapring_ep.h"
 
 #include <ucs/debug/log.h>
+#include <ucs/debug/memtrack_int.h>
 #include <ucs/sys/string.h>
 #include <ucs/sys/sys.h>
-#include <uct/sm/base/sm_ep.h>
+#include <uct/base/uct_worker.h>
 
 #include <errno.h>
 #include <fcntl.h>
-#include <poll.h>
-#include <sys/mman.h>
-#include <sys/syscall.h>
-#include <sys/stat.h>
 #include <sys/uio.h>
 #include <unistd.h>
 
 
-/* Map the receiver's control area and check that it is the interface the
- * address names (pid and fd numbers are reused) */
+/*
+ * The send side. A peer is this interface's connection to one receiving
+ * interface (remapring_conn.h); every endpoint to that interface shares it,
+ * and so its ring: UCT orders sends per endpoint, one ring orders them all.
+ *
+ * A peer fails when its wire fails (the receiver is gone), when the receiver
+ * failed or released the connection or closed its interface (the shared
+ * state words, read when the ring is out of credit, on ep_check and now and
+ * then from progress), or when the receiver process exits (the interface's
+ * watch, and every UCT_REMAPRING_PEER_STALL_CHECK sends refused for credit).
+ * From then on every endpoint of the peer returns the failure from its
+ * operations, keeps its pending requests for the user to purge, and has the
+ * interface's error handler called for it once, from the worker's progress.
+ */
+
+
+/* Sends refused for credit between two checks that the receiver lives */
+#define UCT_REMAPRING_PEER_STALL_CHECK 1024
+
+enum {
+    UCT_REMAPRING_EP_ERR_NONE,
+    UCT_REMAPRING_EP_ERR_QUEUED,
+    UCT_REMAPRING_EP_ERR_DELIVERED
+};
+
+
+static inline uct_remapring_iface_t *
+uct_remapring_ep_iface(const uct_remapring_ep_t *ep)
+{
+    return ucs_derived_of(ep->super.super.iface, uct_remapring_iface_t);
+}
+
+
+/* ---------------------------------------------------------------- failure */
+
+static unsigned uct_remapring_ep_err_progress(void *arg)
+{
+    uct_remapring_ep_t *ep       = arg;
+    uct_remapring_iface_t *iface = uct_remapring_ep_iface(ep);
+    ucs_status_t peer_status     = ep->peer->status;
+    const char *reason           = ep->peer->reason;
+    pid_t pid                    = ep->peer->remote.proc.pid;
+    ucs_status_t status;
+
+    ep->err_state = UCT_REMAPRING_EP_ERR_DELIVERED;
+    /* the handler may destroy the endpoint: nothing of it is used after */
+    status = uct_iface_handle_ep_err(&iface->super.super, &ep->super.super,
+                                     peer_status);
+    ucs_log(uct_base_iface_failure_log_level(&iface->super, status,
+                                             peer_status),
+            "remapring: ep %p to pid %d: %s (%s)", arg, pid, reason,
+            ucs_status_string(peer_status));
+    return 1;
+}
+
+static int uct_remapring_ep_err_match(const ucs_callbackq_elem_t *elem,
+                                      void *arg)
+{
+    return (elem->cb == uct_remapring_ep_err_progress) && (elem->arg == arg);
+}
+
+/* Call the error handler for @a ep from the worker's progress, once */
+static void uct_remapring_ep_schedule_err(uct_remapring_ep_t *ep)
+{
+    uct_remapring_iface_t *iface = uct_remapring_ep_iface(ep);
+
+    if (ep->err_state != UCT_REMAPRING_EP_ERR_NONE) {
+        return;
+    }
+
+    if (iface->super.err_handler == NULL) {
+        ep->err_state = UCT_REMAPRING_EP_ERR_DELIVERED;
+        ucs_diag("remapring: ep %p to pid %d: %s, and no error handler",
+                 ep, ep->peer->remote.proc.pid, ep->peer->reason);
+        return;
+    }
+
+    ep->err_state = UCT_REMAPRING_EP_ERR_QUEUED;
+    ucs_callbackq_add_safe(&iface->super.worker->super.progress_q,
+                           uct_remapring_ep_err_progress, ep,
+                           UCS_CALLBACKQ_FLAG_ONESHOT);
+}
+
+static void uct_remapring_ep_unblock(uct_remapring_ep_t *ep)
+{
+    if (ep->blocked) {
+        ucs_list_del(&ep->list);
+        ep->blocked = 0;
+    }
+}
+
+/* The peer failed: every endpoint of it fails, once. Expected failures (the
+ * receiver went away) are logged by the error callback at the interface's
+ * failure level; the caller logs what it found wrong beyond that. */
+static void uct_remapring_peer_failed(uct_remapring_peer_t *peer,
+                                      ucs_status_t status, const char *reason)
+{
+    uct_remapring_ep_t *ep;
+
+    if (peer->status != UCS_OK) {
+        return;
+    }
+
+    ucs_debug("remapring: connection %u to pid %d failed: %s",
+              peer->remote.index, peer->remote.proc.pid, reason);
+    peer->status = status;
+    peer->reason = reason;
+    ucs_list_for_each(ep, &peer->eps, peer_list) {
+        /* pending requests stay for the user to purge */
+        uct_remapring_ep_unblock(ep);
+        uct_remapring_ep_schedule_err(ep);
+    }
+}
+
+/* The interface's watch saw the receiver process exit */
+static void uct_remapring_peer_exited(uct_remapring_proc_t *proc)
+{
+    uct_remapring_peer_t *peer = ucs_container_of(proc, uct_remapring_peer_t,
+                                                  remote.proc);
+
+    uct_remapring_peer_failed(peer, UCS_ERR_CONNECTION_RESET,
+                              "the receiver process exited");
+    /* it stays ready in the watch: stop watching */
+    uct_remapring_proc_close(&peer->iface->watch, proc);
+}
+
+/* Fail the peer if the shared words say its connection is gone */
+static void uct_remapring_peer_check_state(uct_remapring_peer_t *peer)
+{
+    const char *reason;
+    ucs_status_t status;
+
+    status = uct_remapring_remote_state(&peer->remote, &reason);
+    if (UCS_STATUS_IS_ERR(status)) {
+        uct_remapring_peer_failed(peer, status, reason);
+    }
+}
+
+/* ----------------------------------------------------------------- peers */
+
 static ucs_status_t
-uct_remapring_ep_map_ctl(uct_remapring_ep_t *ep,
-                         const uct_remapring_iface_addr_t *addr)
+uct_remapring_peer_create(uct_remapring_iface_t *iface,
+                          const uct_remapring_iface_addr_t *addr,
+                          uct_remapring_peer_t **peer_p)
 {
+    uct_remapring_peer_t *peer;
+    uct_remapring_wire_type_t wire;
+    ucs_status_t status;
     char path[64];
-    struct stat st;
-    void *ctl;
-    int fd;
 
-    ucs_snprintf_zero(path, sizeof(path), "/proc/%d/fd/%d", addr->pid,
-                      addr->ctl_fd);
-    fd = open(path, O_RDWR | O_CLOEXEC);
-    if (fd < 0) {
-        ucs_error("remapring: cannot open peer control area %s: %m", path);
-        return UCS_ERR_UNREACHABLE;
+    peer = ucs_calloc(1, sizeof(*peer), "uct_remapring_peer_t");
+    if (peer == NULL) {
+        ucs_error("remapring: failed to allocate a peer");
+        return UCS_ERR_NO_MEMORY;
     }
 
-    if ((fstat(fd, &st) != 0) ||
-        (st.st_size < (off_t)uct_remapring_ctl_size(1, 2))) {
-        ucs_error("remapring: %s is not a remapring control area", path);
-        goto err_close;
+    peer->iface   = iface;
+    peer->status  = UCS_OK;
+    peer->pool_fd = -1;
+    ucs_list_head_init(&peer->eps);
+
+    status = uct_remapring_remote_attach(addr, &iface->watch,
+                                         uct_remapring_peer_exited,
+                                         &peer->remote);
+    if (status != UCS_OK) {
+        goto err_free;
     }
 
-    ctl = mmap(NULL, st.st_size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-    if (ctl == MAP_FAILED) {
-        ucs_error("remapring: mmap(%s, %zu) failed: %m", path,
-                  (size_t)st.st_size);
-        goto err_close;
-    }
-
-    close(fd);
-    ep->ctl      = ctl;
-    ep->ctl_size = st.st_size;
-    if ((__atomic_load_n(&ep->ctl->magic, __ATOMIC_ACQUIRE) !=
-         UCT_REMAPRING_CTL_MAGIC) ||
-        (ep->ctl->version != UCT_REMAPRING_CTL_VERSION) ||
-        (ep->ctl->iface_id != addr->iface_id) ||
-        (ep->ctl->owner_pid != addr->pid) || (ep->ctl->max_peers == 0) ||
-        (ep->ctl->max_peers > UCT_REMAPRING_MAX_PEERS) ||
-        (ep->ctl->ring_slots < 2) || !ucs_is_pow2(ep->ctl->ring_slots) ||
-        (uct_remapring_ctl_size(ep->ctl->max_peers, ep->ctl->ring_slots) >
-         ep->ctl_size)) {
-        ucs_error("remapring: %s does not hold the control area of iface"
-                  " 0x%" PRIx64 " of pid %d", path, addr->iface_id,
-                  addr->pid);
-        munmap(ctl, st.st_size);
-        return UCS_ERR_UNREACHABLE;
-    }
-
-    return UCS_OK;
-
-err_close:
-    close(fd);
-    return UCS_ERR_UNREACHABLE;
-}
-
-/* For the shm wire: open the receiver's pool memfd. A failure (another
- * user's process, a hardened /proc) leaves the cma wire, which needs only
- * ptrace access */
-static int uct_remapring_ep_open_pool(uct_remapring_ep_t *ep)
-{
-    char path[64];
-    int fd;
-
-    ucs_snprintf_zero(path, sizeof(path), "/proc/%d/fd/%d", ep->pid,
-                      ep->ctl->pool_fd);
-    fd = open(path, O_RDWR | O_CLOEXEC);
-    if (fd < 0) {
-        ucs_diag("remapring: cannot open pool %s of pid %d (%m), using the "
-                 "cma wire", path, ep->pid);
-    }
-
-    return fd;
-}
-
-/* Claim a free connection slot and ring its doorbell, so the receiver makes
- * our ring on its next progress */
-static ucs_status_t uct_remapring_ep_claim(uct_remapring_ep_t *ep)
-{
-    uct_remapring_conn_t *conns = uct_remapring_ctl_conns(ep->ctl,
-                                                          ep->ctl->max_peers);
-    unsigned index;
-    uint32_t state;
-
-    for (index = 0; index < ep->ctl->max_peers; ++index) {
-        state = UCT_REMAPRING_CONN_FREE;
-        if (__atomic_compare_exchange_n(&conns[index].state, &state,
-                                        UCT_REMAPRING_CONN_CLAIMED, 0,
-                                        __ATOMIC_ACQ_REL, __ATOMIC_RELAXED)) {
-            break;
+    /* The shm wire maps the receiver's pool memfd. Where it cannot be
+     * opened (another user's process, a hardened /proc) the cma wire needs
+     * only ptrace access */
+    wire = iface->tx.wire;
+    if (wire == UCT_REMAPRING_WIRE_SHM) {
+        ucs_snprintf_zero(path, sizeof(path), "/proc/%d/fd/%d", addr->pid,
+                          peer->remote.ctl->pool_fd);
+        peer->pool_fd = open(path, O_RDWR | O_CLOEXEC);
+        if (peer->pool_fd < 0) {
+            ucs_diag("remapring: cannot open pool %s of pid %d (%m), using"
+                     " the cma wire", path, addr->pid);
+            wire = UCT_REMAPRING_WIRE_CMA;
         }
     }
 
-    if (index == ep->ctl->max_peers) {
-        ucs_error("remapring: pid %d accepts no more senders (%u connected,"
-                  " see UCX_REMAPRING_MAX_PEERS)", ep->pid,
-                  ep->ctl->max_peers);
-        return UCS_ERR_EXCEEDS_LIMIT;
+    status = uct_remapring_remote_claim(&peer->remote, iface->id, wire);
+    if (status != UCS_OK) {
+        goto err_detach;
     }
 
-    ep->conn                = &conns[index];
-    ep->index               = index;
-    ep->conn->sender_pid    = getpid();
-    ep->conn->sender_id     = (uintptr_t)ep;
-    ep->conn->wire          = (ep->pool_fd >= 0) ? UCT_REMAPRING_WIRE_SHM :
-                                                   UCT_REMAPRING_WIRE_CMA;
-    /* the state word is already CLAIMED: the receiver reads sender_pid and
-     * wire after its doorbell, which the release below orders */
-    __atomic_store_n(&ep->conn->armed, 1, __ATOMIC_RELEASE);
-    uct_remapring_ctl_ring_bell(ep->ctl, ep->conn, ep->index);
+    uct_remapring_md_set_in_use(iface->super.md);
+    ucs_debug("remapring: iface %p connection %u to pid %d iface 0x%" PRIx64,
+              iface, peer->remote.index, addr->pid, addr->iface_id);
+    *peer_p = peer;
+    return UCS_OK;
+
+err_detach:
+    if (peer->pool_fd >= 0) {
+        close(peer->pool_fd);
+    }
+    uct_remapring_remote_detach(&peer->remote, &iface->watch);
+err_free:
+    ucs_free(peer);
+    return status;
+}
+
+static void uct_remapring_peer_destroy(uct_remapring_iface_t *iface,
+                                       uct_remapring_peer_t *peer)
+{
+    khiter_t iter;
+
+    iter = kh_get(uct_remapring_peers, &iface->tx.peers,
+                  peer->remote.iface_id);
+    if ((iter != kh_end(&iface->tx.peers)) &&
+        (kh_val(&iface->tx.peers, iter) == peer)) {
+        kh_del(uct_remapring_peers, &iface->tx.peers, iter);
+    }
+
+    if (peer->wire != NULL) {
+        uct_remapring_wire_destroy(peer->wire);
+    }
+    if (peer->pool_fd >= 0) {
+        close(peer->pool_fd);
+    }
+    uct_remapring_remote_detach(&peer->remote, &iface->watch);
+    ucs_free(peer);
+}
+
+/* The peer for the receiver at @a addr: the one this interface has, or a
+ * new connection. A failed peer stays with its endpoints, and a new endpoint
+ * gets a new connection. */
+static ucs_status_t
+uct_remapring_peer_get(uct_remapring_iface_t *iface,
+                       const uct_remapring_iface_addr_t *addr,
+                       uct_remapring_peer_t **peer_p)
+{
+    uct_remapring_peer_t *peer;
+    ucs_status_t status;
+    khiter_t iter;
+    int ret;
+
+    iter = kh_get(uct_remapring_peers, &iface->tx.peers, addr->iface_id);
+    if (iter != kh_end(&iface->tx.peers)) {
+        peer = kh_val(&iface->tx.peers, iter);
+        if (peer->remote.proc.pid != addr->pid) {
+            ucs_error("remapring: address of pid %d names iface 0x%" PRIx64
+                      " of pid %d", addr->pid, addr->iface_id,
+                      peer->remote.proc.pid);
+            return UCS_ERR_INVALID_PARAM;
+        }
+
+        if (peer->status == UCS_OK) {
+            *peer_p = peer;
+            return UCS_OK;
+        }
+
+        kh_del(uct_remapring_peers, &iface->tx.peers, iter);
+    }
+
+    status = uct_remapring_peer_create(iface, addr, &peer);
+    if (status != UCS_OK) {
+        return status;
+    }
+
+    iter = kh_put(uct_remapring_peers, &iface->tx.peers, addr->iface_id,
+                  &ret);
+    if (ret == UCS_KH_PUT_FAILED) {
+        ucs_error("remapring: failed to add a peer to the hash");
+        uct_remapring_peer_destroy(iface, peer);
+        return UCS_ERR_NO_MEMORY;
+    }
+
+    kh_val(&iface->tx.peers, iter) = peer;
+    *peer_p                        = peer;
     return UCS_OK;
 }
+
+/* The shm wire: map the receiver's pool, which the claim declared (the
+ * receiver then swaps held blocks in the slot table only, so there is no
+ * going back to cma) */
+static ucs_status_t
+uct_remapring_peer_shm_wire(uct_remapring_peer_t *peer,
+                            const uct_remapring_ring_info_t *info)
+{
+    uct_remapring_ctl_t *ctl = peer->remote.ctl;
+    ucs_status_t status;
+
+    status = uct_remapring_wire_shm_create(
+            peer->pool_fd, info->block_size, ctl->pool_blocks,
+            uct_remapring_ctl_slot_table(ctl, peer->remote.index),
+            (size_t)info->block_size * info->nslots, &peer->remote.conn->ring,
+            &peer->wire);
+    close(peer->pool_fd);
+    peer->pool_fd = -1;
+    return status;
+}
+
+/* The receiver makes the ring on its progress after the claim; until it is
+ * ready, sends wait in the pending queue */
+static UCS_F_NOINLINE ucs_status_t
+uct_remapring_peer_connect(uct_remapring_peer_t *peer)
+{
+    uct_remapring_ctl_t *ctl = peer->remote.ctl;
+    uct_remapring_ring_info_t info;
+    const char *reason;
+    ucs_status_t status;
+
+    if (peer->status != UCS_OK) {
+        return peer->status;
+    }
+
+    status = uct_remapring_remote_state(&peer->remote, &reason);
+    if (status == UCS_INPROGRESS) {
+        return UCS_ERR_NO_RESOURCE;
+    } else if (status != UCS_OK) {
+        uct_remapring_peer_failed(peer, status, reason);
+        return status;
+    }
+
+    info = peer->remote.conn->ring.info;
+    if ((info.block_size != ctl->block_size) ||
+        (info.nslots != ctl->ring_slots)) {
+        ucs_error("remapring: pid %d ring of %u slots of %u bytes does not"
+                  " match its control area (%u of %u)",
+                  peer->remote.proc.pid, info.nslots, info.block_size,
+                  ctl->ring_slots, ctl->block_size);
+        uct_remapring_peer_failed(peer, UCS_ERR_INVALID_PARAM,
+                                  "its ring does not match its control area");
+        return UCS_ERR_INVALID_PARAM;
+    }
+
+    if (peer->pool_fd >= 0) {
+        status = uct_remapring_peer_shm_wire(peer, &info);
+    } else {
+        status = uct_remapring_wire_cma_create(peer->remote.proc.pid,
+                                               info.view_addr,
+                                               (size_t)info.block_size *
+                                                       info.nslots,
+                                               &peer->remote.conn->ring,
+                                               &peer->wire);
+    }
+    if (status != UCS_OK) {
+        uct_remapring_peer_failed(peer, status, "no wire to its ring");
+        return status;
+    }
+
+    status = uct_remapring_ring_writer_init(&peer->writer, &info, peer->wire);
+    if (status != UCS_OK) {
+        uct_remapring_wire_destroy(peer->wire);
+        peer->wire = NULL;
+        uct_remapring_peer_failed(peer, status, "its ring is not valid");
+        return status;
+    }
+
+    return UCS_OK;
+}
+
+/* A send was refused for credit. The shm wire writes into memory that
+ * outlives the receiver, so a receiver that is gone shows only as a ring
+ * that never drains: look at the shared words, and now and then at the
+ * process. */
+static UCS_F_NOINLINE ucs_status_t
+uct_remapring_peer_stalled(uct_remapring_peer_t *peer)
+{
+    if (peer->status == UCS_OK) {
+        uct_remapring_peer_check_state(peer);
+    }
+
+    if ((peer->status == UCS_OK) &&
+        ((++peer->stalls % UCT_REMAPRING_PEER_STALL_CHECK) == 0) &&
+        uct_remapring_proc_exited(&peer->remote.proc)) {
+        uct_remapring_peer_failed(peer, UCS_ERR_CONNECTION_RESET,
+                                  "the receiver process exited");
+    }
+
+    return (peer->status != UCS_OK) ? peer->status : UCS_ERR_NO_RESOURCE;
+}
+
+void uct_remapring_ep_check_peers(uct_remapring_iface_t *iface)
+{
+    uct_remapring_peer_t *peer;
+
+    kh_foreach_value(&iface->tx.peers, peer, {
+        if ((peer->status == UCS_OK) && (peer->remote.conn != NULL)) {
+            uct_remapring_peer_check_state(peer);
+        }
+    })
+}
+
+void uct_remapring_ep_cleanup_peers(uct_remapring_iface_t *iface)
+{
+    uct_remapring_peer_t *peer;
+
+    kh_foreach_value(&iface->tx.peers, peer, {
+        ucs_warn("remapring: iface %p closed with endpoints to pid %d",
+                 iface, peer->remote.proc.pid);
+    })
+}
+
+/* ------------------------------------------------------------- endpoints */
 
 static UCS_CLASS_INIT_FUNC(uct_remapring_ep_t, const uct_ep_params_t *params)
 {
@@ -149,81 +430,41 @@ static UCS_CLASS_INIT_FUNC(uct_remapring_ep_t, const uct_ep_params_t *params)
     UCS_CLASS_CALL_SUPER_INIT(uct_base_ep_t, &iface->super);
 
     addr   = (const uct_remapring_iface_addr_t*)params->iface_addr;
-    status = uct_remapring_iface_check_block(iface, addr, UCS_LOG_LEVEL_ERROR);
+    status = uct_remapring_iface_check_peer(iface, addr, UCS_LOG_LEVEL_ERROR);
     if (status != UCS_OK) {
         return status;
     }
 
-    self->pid     = addr->pid;
-    self->wire    = NULL;
-    self->status  = UCS_OK;
-    self->blocked = 0;
-    self->stalls  = 0;
+    status = uct_remapring_peer_get(iface, addr, &self->peer);
+    if (status != UCS_OK) {
+        return status;
+    }
+
+    self->blocked   = 0;
+    self->err_state = UCT_REMAPRING_EP_ERR_NONE;
     ucs_arbiter_group_init(&self->arb_group);
-
-    status = uct_ep_keepalive_init(&self->keepalive, self->pid);
-    if (status != UCS_OK) {
-        ucs_error("remapring: peer pid %d is not running", self->pid);
-        goto err;
-    }
-
-    /* to tell a receiver that stopped crediting from one that is gone; as
-     * on the receiver side, without pidfd_open the pid alone is checked */
-    self->pidfd = syscall(SYS_pidfd_open, self->pid, 0);
-
-    status = uct_remapring_ep_map_ctl(self, addr);
-    if (status != UCS_OK) {
-        goto err_close;
-    }
-
-    self->pool_fd = (iface->tx.wire == UCT_REMAPRING_WIRE_SHM) ?
-                    uct_remapring_ep_open_pool(self) : -1;
-
-    status = uct_remapring_ep_claim(self);
-    if (status != UCS_OK) {
-        goto err_unmap;
-    }
-
-    uct_remapring_md_set_in_use(iface->super.md);
-    ucs_debug("remapring: ep %p to pid %d connection %u", self, self->pid,
-              self->index);
+    ucs_list_add_tail(&self->peer->eps, &self->peer_list);
+    ucs_debug("remapring: ep %p to pid %d connection %u", self,
+              addr->pid, self->peer->remote.index);
     return UCS_OK;
-
-err_unmap:
-    if (self->pool_fd >= 0) {
-        close(self->pool_fd);
-    }
-    munmap(self->ctl, self->ctl_size);
-err_close:
-    if (self->pidfd >= 0) {
-        close(self->pidfd);
-    }
-err:
-    ucs_arbiter_group_cleanup(&self->arb_group);
-    return status;
 }
 
 static UCS_CLASS_CLEANUP_FUNC(uct_remapring_ep_t)
 {
-    /* requests the user left queued are dropped, like UCT's other
-     * transports do, and said so */
+    uct_remapring_iface_t *iface = uct_remapring_ep_iface(self);
+
+    /* requests the user left queued are dropped, as UCT's other transports
+     * do, and said so */
     uct_remapring_ep_pending_purge(&self->super.super, NULL, NULL);
     ucs_arbiter_group_cleanup(&self->arb_group);
-    if (self->wire != NULL) {
-        uct_remapring_wire_destroy(self->wire);
+    if (self->err_state == UCT_REMAPRING_EP_ERR_QUEUED) {
+        ucs_callbackq_remove_if(&iface->super.worker->super.progress_q,
+                                uct_remapring_ep_err_match, self);
     }
 
-    /* the receiver drains what we published, then frees the slot */
-    __atomic_store_n(&self->conn->state, UCT_REMAPRING_CONN_CLOSED,
-                     __ATOMIC_RELEASE);
-    __atomic_store_n(&self->conn->armed, 1, __ATOMIC_RELAXED);
-    uct_remapring_ctl_ring_bell(self->ctl, self->conn, self->index);
-    munmap(self->ctl, self->ctl_size);
-    if (self->pool_fd >= 0) {
-        close(self->pool_fd);
-    }
-    if (self->pidfd >= 0) {
-        close(self->pidfd);
+    ucs_list_del(&self->peer_list);
+    if (ucs_list_is_empty(&self->peer->eps)) {
+        uct_remapring_peer_destroy(iface, self->peer);
     }
 }
 
@@ -232,153 +473,54 @@ UCS_CLASS_DEFINE_NEW_FUNC(uct_remapring_ep_t, uct_ep_t, const uct_ep_params_t*);
 UCS_CLASS_DEFINE_DELETE_FUNC(uct_remapring_ep_t, uct_ep_t);
 
 
-static void uct_remapring_ep_failed(uct_remapring_ep_t *ep, ucs_status_t status)
+/* Whether @a ep must stay behind its pending requests: UCT sends in order,
+ * except the requests being dispatched */
+static UCS_F_ALWAYS_INLINE int
+uct_remapring_ep_behind_pending(const uct_remapring_iface_t *iface,
+                                uct_remapring_ep_t *ep)
 {
-    if (ep->status != UCS_OK) {
-        return;
-    }
-
-    ep->status = status;
-    ucs_diag("remapring: ep %p to pid %d failed: %s", ep, ep->pid,
-             ucs_status_string(status));
-    uct_ep_keepalive_check(&ep->super.super, &ep->keepalive, ep->pid, 0,
-                           NULL);
+    return ucs_unlikely(!ucs_arbiter_group_is_empty(&ep->arb_group)) &&
+           (iface->tx.dispatching != ep);
 }
 
-/* The shm wire: map the receiver's pool through /proc/<pid>/fd/<n>, after
- * the claim declared the wire (the receiver then keeps its ring view as it
- * is, so there is no going back to cma) */
-static ucs_status_t
-uct_remapring_ep_shm_wire(uct_remapring_ep_t *ep,
-                          const uct_remapring_ring_info_t *info)
+/* The peer's writer, once its ring is ready; else the status to return */
+static UCS_F_ALWAYS_INLINE ucs_status_t
+uct_remapring_ep_ready(uct_remapring_iface_t *iface, uct_remapring_ep_t *ep)
 {
-    ucs_status_t status;
+    uct_remapring_peer_t *peer = ep->peer;
 
-    status = uct_remapring_wire_shm_create(
-            ep->pool_fd, info->block_size, ep->ctl->pool_blocks,
-            uct_remapring_ctl_slot_table(ep->ctl, ep->ctl->max_peers,
-                                         ep->ctl->ring_slots, ep->index),
-            (size_t)info->block_size * info->nslots, &ep->conn->ring,
-            &ep->wire);
-    close(ep->pool_fd);
-    ep->pool_fd = -1;
-    return status;
-}
-
-/* The ring is made by the receiver on its progress after we claimed the
- * connection; until then sends wait in the pending queue */
-static UCS_F_NOINLINE ucs_status_t
-uct_remapring_ep_connect(uct_remapring_ep_t *ep)
-{
-    uct_remapring_ring_info_t info;
-    ucs_status_t status;
-
-    if (ep->status != UCS_OK) {
-        return ep->status;
+    if (ucs_unlikely((peer->wire == NULL) || (peer->status != UCS_OK))) {
+        return uct_remapring_peer_connect(peer);
     }
 
-    switch (__atomic_load_n(&ep->conn->state, __ATOMIC_ACQUIRE)) {
-    case UCT_REMAPRING_CONN_CLAIMED:
+    if (uct_remapring_ep_behind_pending(iface, ep)) {
         return UCS_ERR_NO_RESOURCE;
-    case UCT_REMAPRING_CONN_READY:
-        break;
-    default:
-        ucs_error("remapring: pid %d refused connection %u", ep->pid,
-                  ep->index);
-        uct_remapring_ep_failed(ep, UCS_ERR_CONNECTION_RESET);
-        return UCS_ERR_CONNECTION_RESET;
-    }
-
-    info = ep->conn->ring.info;
-    if ((info.block_size != ep->ctl->block_size) ||
-        (info.nslots != ep->ctl->ring_slots)) {
-        ucs_error("remapring: pid %d ring of %u slots of %u bytes does not "
-                  "match its control area (%u of %u)", ep->pid, info.nslots,
-                  info.block_size, ep->ctl->ring_slots, ep->ctl->block_size);
-        uct_remapring_ep_failed(ep, UCS_ERR_INVALID_PARAM);
-        return UCS_ERR_INVALID_PARAM;
-    }
-
-    if (ep->pool_fd >= 0) {
-        status = uct_remapring_ep_shm_wire(ep, &info);
-    } else {
-        status = uct_remapring_wire_cma_create(ep->pid, info.view_addr,
-                                               (size_t)info.block_size *
-                                               info.nslots,
-                                               &ep->conn->ring, &ep->wire);
-    }
-    if (status != UCS_OK) {
-        uct_remapring_ep_failed(ep, status);
-        return status;
-    }
-
-    status = uct_remapring_ring_writer_init(&ep->writer, &info, ep->wire);
-    if (status != UCS_OK) {
-        uct_remapring_wire_destroy(ep->wire);
-        ep->wire = NULL;
-        uct_remapring_ep_failed(ep, status);
-        return status;
     }
 
     return UCS_OK;
 }
 
-/* Every UCT_REMAPRING_EP_STALL_CHECK sends or pending checks refused for
- * lack of credit, look whether the receiver still exists: the shm wire
- * writes into memory that outlives it, so a dead receiver shows only as a
- * ring that never drains. A zombie counts as gone (pidfd). */
-#define UCT_REMAPRING_EP_STALL_CHECK 1024
-
-static UCS_F_NOINLINE ucs_status_t
-uct_remapring_ep_stalled(uct_remapring_ep_t *ep)
-{
-    struct pollfd pfd;
-    int gone;
-
-    if ((ep->status != UCS_OK) ||
-        ((++ep->stalls % UCT_REMAPRING_EP_STALL_CHECK) != 0)) {
-        return (ep->status != UCS_OK) ? ep->status : UCS_ERR_NO_RESOURCE;
-    }
-
-    if (ep->pidfd >= 0) {
-        pfd.fd     = ep->pidfd;
-        pfd.events = POLLIN;
-        gone       = poll(&pfd, 1, 0) > 0;
-    } else {
-        gone = (kill(ep->pid, 0) < 0) && (errno == ESRCH);
-    }
-
-    if (!gone) {
-        return UCS_ERR_NO_RESOURCE;
-    }
-
-    ucs_debug("remapring: ep %p receiver pid %d exited", ep, ep->pid);
-    uct_remapring_ep_failed(ep, UCS_ERR_CONNECTION_RESET);
-    return ep->status;
-}
-
 static UCS_F_ALWAYS_INLINE ucs_status_t
-uct_remapring_ep_send(uct_remapring_ep_t *ep, uint8_t id,
-                      const struct iovec *iov, size_t iovcnt)
+uct_remapring_ep_send(uct_remapring_iface_t *iface, uct_remapring_ep_t *ep,
+                      uint8_t id, const struct iovec *iov, size_t iovcnt)
 {
+    uct_remapring_peer_t *peer = ep->peer;
     ucs_status_t status;
 
-    if (ucs_unlikely(ep->wire == NULL)) {
-        status = uct_remapring_ep_connect(ep);
-        if (status != UCS_OK) {
-            return status;
-        }
-    } else if (ucs_unlikely(ep->status != UCS_OK)) {
-        return ep->status;
+    status = uct_remapring_ep_ready(iface, ep);
+    if (ucs_unlikely(status != UCS_OK)) {
+        return status;
     }
 
-    status = uct_remapring_ring_writer_send(&ep->writer, id, 0, iov, iovcnt);
+    status = uct_remapring_ring_writer_send(&peer->writer, id, 0, iov, iovcnt);
     if (ucs_likely(status == UCS_OK)) {
-        uct_remapring_ctl_ring_bell(ep->ctl, ep->conn, ep->index);
+        uct_remapring_remote_ring_bell(&peer->remote);
+        return UCS_OK;
     } else if (status == UCS_ERR_NO_RESOURCE) {
-        return uct_remapring_ep_stalled(ep);
+        return uct_remapring_peer_stalled(peer);
     } else if (status != UCS_ERR_EXCEEDS_LIMIT) {
-        uct_remapring_ep_failed(ep, status);
+        uct_remapring_peer_failed(peer, status,
+                                  "a write into its ring failed");
     }
 
     return status;
@@ -411,17 +553,22 @@ ucs_status_t uct_remapring_ep_am_short(uct_ep_h tl_ep, uint8_t id,
                                        uint64_t header, const void *payload,
                                        unsigned length)
 {
-    uct_remapring_ep_t *ep = ucs_derived_of(tl_ep, uct_remapring_ep_t);
-    struct iovec iov[2]    = {
+    uct_remapring_ep_t *ep       = ucs_derived_of(tl_ep, uct_remapring_ep_t);
+    uct_remapring_iface_t *iface = uct_remapring_ep_iface(ep);
+    struct iovec iov[2]          = {
         {.iov_base = &header, .iov_len = sizeof(header)},
         {.iov_base = (void*)payload, .iov_len = length}
     };
     ucs_status_t status;
 
     UCT_CHECK_AM_ID(id);
-    status = uct_remapring_ep_send(ep, id, iov, 2);
-    if (status == UCS_OK) {
+    UCT_CHECK_LENGTH(sizeof(header) + length, 0, iface->tx.max_short,
+                     "am_short");
+    status = uct_remapring_ep_send(iface, ep, id, iov, 2);
+    if (ucs_likely(status == UCS_OK)) {
         UCT_TL_EP_STAT_OP(&ep->super, AM, SHORT, sizeof(header) + length);
+        uct_iface_trace_am(&iface->super, UCT_AM_TRACE_TYPE_SEND, id, &header,
+                           sizeof(header) + length, "TX: AM_SHORT");
     }
 
     return status;
@@ -431,22 +578,28 @@ ucs_status_t uct_remapring_ep_am_short_iov(uct_ep_h tl_ep, uint8_t id,
                                            const uct_iov_t *iov,
                                            size_t iovcnt)
 {
-    uct_remapring_ep_t *ep = ucs_derived_of(tl_ep, uct_remapring_ep_t);
+    uct_remapring_ep_t *ep       = ucs_derived_of(tl_ep, uct_remapring_ep_t);
+    uct_remapring_iface_t *iface = uct_remapring_ep_iface(ep);
     struct iovec vec[UCT_REMAPRING_MAX_IOV];
     ucs_status_t status;
     size_t length;
 
     UCT_CHECK_AM_ID(id);
-    UCT_CHECK_PARAM(iovcnt <= UCT_REMAPRING_MAX_IOV, "iovcnt %zu > max %d",
-                    iovcnt, UCT_REMAPRING_MAX_IOV);
+    UCT_CHECK_IOV_SIZE(iovcnt, UCT_REMAPRING_MAX_IOV,
+                       "uct_remapring_ep_am_short_iov");
     status = uct_remapring_ep_iov(iov, iovcnt, vec, &length);
     if (status != UCS_OK) {
         return status;
     }
 
-    status = uct_remapring_ep_send(ep, id, vec, iovcnt);
-    if (status == UCS_OK) {
+    UCT_CHECK_LENGTH(length, 0, iface->tx.max_short, "am_short_iov");
+    status = uct_remapring_ep_send(iface, ep, id, vec, iovcnt);
+    if (ucs_likely(status == UCS_OK)) {
         UCT_TL_EP_STAT_OP(&ep->super, AM, SHORT, length);
+        uct_iface_trace_am(&iface->super, UCT_AM_TRACE_TYPE_SEND, id,
+                           (iovcnt > 0) ? vec[0].iov_base : NULL,
+                           (iovcnt > 0) ? vec[0].iov_len : 0,
+                           "TX: AM_SHORT_IOV");
     }
 
     return status;
@@ -457,36 +610,34 @@ ssize_t uct_remapring_ep_am_bcopy(uct_ep_h tl_ep, uint8_t id,
                                   unsigned flags)
 {
     uct_remapring_ep_t *ep       = ucs_derived_of(tl_ep, uct_remapring_ep_t);
-    uct_remapring_iface_t *iface = ucs_derived_of(tl_ep->iface,
-                                                  uct_remapring_iface_t);
+    uct_remapring_iface_t *iface = uct_remapring_ep_iface(ep);
     struct iovec iov;
     ucs_status_t status;
 
     UCT_CHECK_AM_ID(id);
-    if (ucs_unlikely(ep->wire == NULL)) {
-        status = uct_remapring_ep_connect(ep);
-        if (status != UCS_OK) {
-            return status;
-        }
+    status = uct_remapring_ep_ready(iface, ep);
+    if (ucs_unlikely(status != UCS_OK)) {
+        return status;
     }
 
-    /* the upper layer's packer cannot write into another process: pack
-     * here, then check credit for the real size */
-    if (!uct_remapring_ring_writer_can_send(&ep->writer, 0)) {
-        return UCS_ERR_NO_RESOURCE;
+    /* the packer cannot write into another process: pack here, then
+     * check credit for the real size */
+    if (!uct_remapring_ring_writer_can_send(&ep->peer->writer, 0)) {
+        return uct_remapring_peer_stalled(ep->peer);
     }
 
     iov.iov_base = iface->tx.bounce;
     iov.iov_len  = pack_cb(iface->tx.bounce, arg);
-    ucs_assertv(iov.iov_len <= iface->tx.max_bcopy, "packed %zu max %zu",
-                iov.iov_len, iface->tx.max_bcopy);
+    UCT_CHECK_LENGTH(iov.iov_len, 0, iface->tx.max_bcopy, "am_bcopy");
 
-    status = uct_remapring_ep_send(ep, id, &iov, 1);
-    if (status != UCS_OK) {
+    status = uct_remapring_ep_send(iface, ep, id, &iov, 1);
+    if (ucs_unlikely(status != UCS_OK)) {
         return status;
     }
 
     UCT_TL_EP_STAT_OP(&ep->super, AM, BCOPY, iov.iov_len);
+    uct_iface_trace_am(&iface->super, UCT_AM_TRACE_TYPE_SEND, id,
+                       iov.iov_base, iov.iov_len, "TX: AM_BCOPY");
     return iov.iov_len;
 }
 
@@ -496,17 +647,18 @@ ucs_status_t uct_remapring_ep_am_zcopy(uct_ep_h tl_ep, uint8_t id,
                                        const uct_iov_t *iov, size_t iovcnt,
                                        unsigned flags, uct_completion_t *comp)
 {
-    uct_remapring_ep_t *ep = ucs_derived_of(tl_ep, uct_remapring_ep_t);
+    uct_remapring_ep_t *ep       = ucs_derived_of(tl_ep, uct_remapring_ep_t);
+    uct_remapring_iface_t *iface = uct_remapring_ep_iface(ep);
     struct iovec vec[UCT_REMAPRING_MAX_IOV + 1];
     ucs_status_t status;
     size_t length;
 
     UCT_CHECK_AM_ID(id);
-    UCT_CHECK_PARAM(iovcnt <= UCT_REMAPRING_MAX_IOV,
-                    "iovcnt %zu > max %d", iovcnt, UCT_REMAPRING_MAX_IOV);
+    UCT_CHECK_IOV_SIZE(iovcnt, UCT_REMAPRING_MAX_IOV,
+                       "uct_remapring_ep_am_zcopy");
     UCT_CHECK_PARAM(header_length <= UCT_REMAPRING_AM_MAX_HDR,
-                    "header_length %u > max %d", header_length,
-                    UCT_REMAPRING_AM_MAX_HDR);
+                    "Invalid am_zcopy header length: %u (expected: <= %d)",
+                    header_length, UCT_REMAPRING_AM_MAX_HDR);
 
     vec[0].iov_base = (void*)header;
     vec[0].iov_len  = header_length;
@@ -515,9 +667,13 @@ ucs_status_t uct_remapring_ep_am_zcopy(uct_ep_h tl_ep, uint8_t id,
         return status;
     }
 
-    status = uct_remapring_ep_send(ep, id, vec, iovcnt + 1);
-    if (status == UCS_OK) {
+    UCT_CHECK_LENGTH(length, 0, iface->tx.max_bcopy - UCT_REMAPRING_AM_MAX_HDR,
+                     "am_zcopy");
+    status = uct_remapring_ep_send(iface, ep, id, vec, iovcnt + 1);
+    if (ucs_likely(status == UCS_OK)) {
         UCT_TL_EP_STAT_OP(&ep->super, AM, ZCOPY, header_length + length);
+        uct_iface_trace_am(&iface->super, UCT_AM_TRACE_TYPE_SEND, id, header,
+                           header_length, "TX: AM_ZCOPY");
     }
 
     /* the bytes are in the receiver's ring: complete at once */
@@ -531,17 +687,17 @@ uct_remapring_ep_rma(uct_remapring_ep_t *ep, const uct_iov_t *iov,
                      size_t iovcnt, uint64_t remote_addr, uct_rkey_t rkey,
                      int write)
 {
-    const uct_remapring_rkey_t *key = (const uct_remapring_rkey_t*)rkey;
+    uct_remapring_peer_t *peer = ep->peer;
+    pid_t pid                  = peer->remote.proc.pid;
     struct iovec local[UCT_REMAPRING_MAX_IOV];
     struct iovec remote;
     size_t length, done, i;
     ucs_status_t status;
     ssize_t ret;
 
-    UCT_CHECK_PARAM(iovcnt <= UCT_REMAPRING_MAX_IOV, "iovcnt %zu > max %d",
-                    iovcnt, UCT_REMAPRING_MAX_IOV);
-    if (ep->status != UCS_OK) {
-        return ep->status;
+    UCT_CHECK_IOV_SIZE(iovcnt, UCT_REMAPRING_MAX_IOV, "uct_remapring_ep_rma");
+    if (ucs_unlikely(peer->status != UCS_OK)) {
+        return peer->status;
     }
 
     status = uct_remapring_ep_iov(iov, iovcnt, local, &length);
@@ -549,7 +705,7 @@ uct_remapring_ep_rma(uct_remapring_ep_t *ep, const uct_iov_t *iov,
         return status;
     }
 
-    status = uct_remapring_rkey_check(key, ep->pid, remote_addr, length);
+    status = uct_remapring_rkey_check(rkey, pid, remote_addr, length);
     if (status != UCS_OK) {
         return status;
     }
@@ -557,27 +713,27 @@ uct_remapring_ep_rma(uct_remapring_ep_t *ep, const uct_iov_t *iov,
     for (done = 0, i = 0; done < length;) {
         remote.iov_base = (void*)(remote_addr + done);
         remote.iov_len  = length - done;
-        ret = write ? process_vm_writev(ep->pid, local + i, iovcnt - i,
-                                        &remote, 1, 0) :
-                      process_vm_readv(ep->pid, local + i, iovcnt - i,
-                                       &remote, 1, 0);
+        ret = write ? process_vm_writev(pid, local + i, iovcnt - i, &remote, 1,
+                                        0) :
+                      process_vm_readv(pid, local + i, iovcnt - i, &remote, 1,
+                                       0);
         if (ret < 0) {
             if (errno == EINTR) {
                 continue;
+            } else if (errno == ESRCH) {
+                /* an ordinary peer failure, reported as such */
+                uct_remapring_peer_failed(peer, UCS_ERR_CONNECTION_RESET,
+                                          "the receiver process exited");
+                return UCS_ERR_CONNECTION_RESET;
             }
 
-            status = (errno == ESRCH) ? UCS_ERR_CONNECTION_RESET :
-                                        UCS_ERR_IO_ERROR;
             ucs_error("remapring: process_vm_%s(pid %d, %p, %zu) failed: %m",
-                      write ? "writev" : "readv", ep->pid, remote.iov_base,
+                      write ? "writev" : "readv", pid, remote.iov_base,
                       remote.iov_len);
-            if (status == UCS_ERR_CONNECTION_RESET) {
-                uct_remapring_ep_failed(ep, status);
-            }
-            return status;
+            return UCS_ERR_IO_ERROR;
         } else if (ret == 0) {
             ucs_error("remapring: process_vm_%s(pid %d, %p, %zu) made no"
-                      " progress", write ? "writev" : "readv", ep->pid,
+                      " progress", write ? "writev" : "readv", pid,
                       remote.iov_base, remote.iov_len);
             return UCS_ERR_IO_ERROR;
         }
@@ -630,32 +786,36 @@ ucs_status_t uct_remapring_ep_get_zcopy(uct_ep_h tl_ep, const uct_iov_t *iov,
     return status;
 }
 
-/* Whether a record of @a length (SIZE_MAX: the largest) could go now;
- * reloads the released head. pending_add asks for the largest record: the
+/* ---------------------------------------------------------------- pending */
+
+/* Whether a record of @a length (SIZE_MAX: the largest) could go now, the
+ * receiver's released head reloaded. pending_add asks for the largest: the
  * caller's send may need that much, and UCP retries a BUSY answer without
- * progressing, so a wrong BUSY locks two senders up */
+ * progressing, so a wrong BUSY locks two senders up. */
 static int uct_remapring_ep_can_send(uct_remapring_ep_t *ep, size_t length)
 {
-    if ((ep->wire == NULL) && (uct_remapring_ep_connect(ep) != UCS_OK)) {
+    uct_remapring_peer_t *peer = ep->peer;
+
+    if ((peer->wire == NULL) && (uct_remapring_peer_connect(peer) != UCS_OK)) {
         return 0;
     }
 
     if (length == SIZE_MAX) {
-        length = uct_remapring_ring_writer_max_payload(&ep->writer);
+        length = uct_remapring_ring_writer_max_payload(&peer->writer);
     }
 
-    if (uct_remapring_ring_writer_can_send(&ep->writer, length)) {
+    if (uct_remapring_ring_writer_can_send(&peer->writer, length)) {
         return 1;
     }
 
-    /* a receiver found gone lets the pending queue run into the error */
-    return uct_remapring_ep_stalled(ep) != UCS_ERR_NO_RESOURCE;
+    uct_remapring_peer_stalled(peer);
+    return 0;
 }
 
 static void uct_remapring_ep_block(uct_remapring_iface_t *iface,
                                    uct_remapring_ep_t *ep)
 {
-    if (!ep->blocked) {
+    if (!ep->blocked && (ep->peer->status == UCS_OK)) {
         ep->blocked = 1;
         ucs_list_add_tail(&iface->tx.blocked, &ep->list);
     }
@@ -666,17 +826,17 @@ ucs_status_t uct_remapring_ep_pending_add(uct_ep_h tl_ep,
                                           unsigned flags)
 {
     uct_remapring_ep_t *ep       = ucs_derived_of(tl_ep, uct_remapring_ep_t);
-    uct_remapring_iface_t *iface = ucs_derived_of(tl_ep->iface,
-                                                  uct_remapring_iface_t);
+    uct_remapring_iface_t *iface = uct_remapring_ep_iface(ep);
 
     if (ucs_arbiter_group_is_empty(&ep->arb_group) && !ep->blocked &&
-        (ep->status == UCS_OK) &&
+        (ep->peer->status == UCS_OK) &&
         uct_remapring_ep_can_send(ep, SIZE_MAX)) {
         return UCS_ERR_BUSY;
     }
 
+    /* dispatched once the ring has credit again; on a failed peer, kept for
+     * the user to purge */
     uct_pending_req_arb_group_push(&ep->arb_group, req);
-    /* dispatched once the ring has credit again */
     uct_remapring_ep_block(iface, ep);
     UCT_TL_EP_STAT_PEND(&ep->super);
     return UCS_OK;
@@ -694,7 +854,10 @@ uct_remapring_ep_process_pending(ucs_arbiter_t *arbiter,
                                                     priv);
     ucs_status_t status;
 
-    status = req->func(req);
+    iface->tx.dispatching = ep;
+    status                = req->func(req);
+    iface->tx.dispatching = NULL;
+
     if (status == UCS_OK) {
         return UCS_ARBITER_CB_RESULT_REMOVE_ELEM;
     } else if (status == UCS_INPROGRESS) {
@@ -715,9 +878,8 @@ unsigned uct_remapring_ep_progress_pending(uct_remapring_iface_t *iface)
     }
 
     ucs_list_for_each_safe(ep, tmp, &iface->tx.blocked, list) {
-        if ((ep->status != UCS_OK) || uct_remapring_ep_can_send(ep, 0)) {
-            ucs_list_del(&ep->list);
-            ep->blocked = 0;
+        if (uct_remapring_ep_can_send(ep, 0)) {
+            uct_remapring_ep_unblock(ep);
             ucs_arbiter_group_schedule(&iface->tx.arbiter, &ep->arb_group);
             ++count;
         }
@@ -754,28 +916,28 @@ void uct_remapring_ep_pending_purge(uct_ep_h tl_ep,
                                     void *arg)
 {
     uct_remapring_ep_t *ep       = ucs_derived_of(tl_ep, uct_remapring_ep_t);
-    uct_remapring_iface_t *iface = ucs_derived_of(tl_ep->iface,
-                                                  uct_remapring_iface_t);
+    uct_remapring_iface_t *iface = uct_remapring_ep_iface(ep);
     uct_purge_cb_args_t args     = {cb, arg};
 
     ucs_arbiter_group_purge(&iface->tx.arbiter, &ep->arb_group,
                             uct_remapring_ep_purge_cb, &args);
-    if (ep->blocked) {
-        ucs_list_del(&ep->list);
-        ep->blocked = 0;
-    }
+    uct_remapring_ep_unblock(ep);
 }
 
 ucs_status_t uct_remapring_ep_flush(uct_ep_h tl_ep, unsigned flags,
                                     uct_completion_t *comp)
 {
-    uct_remapring_ep_t *ep = ucs_derived_of(tl_ep, uct_remapring_ep_t);
+    uct_remapring_ep_t *ep       = ucs_derived_of(tl_ep, uct_remapring_ep_t);
+    uct_remapring_iface_t *iface = uct_remapring_ep_iface(ep);
 
     if (flags & UCT_FLUSH_FLAG_CANCEL) {
+        /* nothing is in flight; pending requests are the user's to purge */
         return UCS_OK;
     }
 
-    if (!ucs_arbiter_group_is_empty(&ep->arb_group)) {
+    /* every send was in the receiver's memory when it returned; a flush
+     * after pending requests waits its turn behind them */
+    if (uct_remapring_ep_behind_pending(iface, ep)) {
         UCT_TL_EP_STAT_FLUSH_WAIT(&ep->super);
         return UCS_ERR_NO_RESOURCE;
     }
@@ -787,9 +949,19 @@ ucs_status_t uct_remapring_ep_flush(uct_ep_h tl_ep, unsigned flags,
 ucs_status_t uct_remapring_ep_check(uct_ep_h tl_ep, unsigned flags,
                                     uct_completion_t *comp)
 {
-    uct_remapring_ep_t *ep = ucs_derived_of(tl_ep, uct_remapring_ep_t);
+    uct_remapring_ep_t *ep     = ucs_derived_of(tl_ep, uct_remapring_ep_t);
+    uct_remapring_peer_t *peer = ep->peer;
 
     UCT_EP_KEEPALIVE_CHECK_PARAM(flags, comp);
-    uct_ep_keepalive_check(tl_ep, &ep->keepalive, ep->pid, flags, comp);
+    if (peer->status == UCS_OK) {
+        uct_remapring_peer_check_state(peer);
+    }
+
+    if ((peer->status == UCS_OK) &&
+        uct_remapring_proc_exited(&peer->remote.proc)) {
+        uct_remapring_peer_failed(peer, UCS_ERR_CONNECTION_RESET,
+                                  "the receiver process exited");
+    }
+
     return UCS_OK;
 }

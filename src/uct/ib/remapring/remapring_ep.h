@@ -10,30 +10,39 @@
 
 /** Largest am_zcopy header, and pieces of an am_zcopy/put/get iov */
 #define UCT_REMAPRING_AM_MAX_HDR 128
-#define UCT_REMAPRING_MAX_IOV    (UCT_REMAPRING_RING_MAX_IOV - 1)
+#define UCT_REMAPRING_MAX_IOV    ((size_t)UCT_REMAPRING_RING_MAX_IOV - 1)
 
 
 /**
- * Endpoint: the sender's side of one connection to a receiver interface.
+ * A sending interface's connection to one receiving interface, shared by
+ * every endpoint from the one to the other: they write into one ring.
+ */
+struct uct_remapring_peer {
+    uct_remapring_iface_t       *iface;   /* the sending interface */
+    uct_remapring_remote_t      remote;   /* control area and connection */
+    uct_remapring_wire_t        *wire;    /* NULL until the ring is ready */
+    uct_remapring_ring_writer_t writer;
+    int                         pool_fd;  /* shm: the receiver's pool until
+                                             the wire maps it, or -1 */
+    ucs_status_t                status;   /* sticky failure */
+    const char                  *reason;  /* what failed */
+    unsigned                    stalls;   /* sends refused for credit */
+    ucs_list_link_t             eps;      /* endpoints using it */
+};
+
+
+/**
+ * Endpoint: a sender's handle on a peer.
  */
 struct uct_remapring_ep {
-    uct_base_ep_t               super;
-    pid_t                       pid;        /* receiver */
-    uct_remapring_ctl_t         *ctl;       /* receiver's control area */
-    size_t                      ctl_size;
-    uct_remapring_conn_t        *conn;      /* our connection in it */
-    unsigned                    index;      /* of @a conn */
-    uct_remapring_wire_t        *wire;      /* NULL until the ring is ready */
-    uct_remapring_ring_writer_t writer;
-    ucs_status_t                status;     /* sticky failure */
-    int                         blocked;    /* on iface->tx.blocked */
-    ucs_list_link_t             list;       /* in iface->tx.blocked */
-    ucs_arbiter_group_t         arb_group;  /* pending requests */
-    int                         pidfd;      /* receiver, or -1 */
-    int                         pool_fd;    /* its pool until the shm wire
-                                               maps it, or -1 (cma) */
-    unsigned                    stalls;     /* sends refused for credit */
-    uct_keepalive_info_t        keepalive;
+    uct_base_ep_t        super;
+    uct_remapring_peer_t *peer;
+    ucs_list_link_t      peer_list;   /* in peer->eps */
+    ucs_arbiter_group_t  arb_group;   /* pending requests */
+    int                  blocked;     /* on iface->tx.blocked */
+    ucs_list_link_t      list;        /* in iface->tx.blocked */
+    int                  err_state;   /* error callback: 0 none, 1 queued,
+                                         2 delivered */
 };
 
 
@@ -84,11 +93,11 @@ void uct_remapring_ep_pending_purge(uct_ep_h tl_ep,
                                     uct_pending_purge_callback_t cb,
                                     void *arg);
 
-/** Sends complete when they return: flush waits only for pending ones. */
+/** Sends complete when they return: flush only waits for credit. */
 ucs_status_t uct_remapring_ep_flush(uct_ep_h tl_ep, unsigned flags,
                                     uct_completion_t *comp);
 
-/** Keepalive: schedules a peer failure if the receiver process is gone. */
+/** Keepalive: fails the peer if the receiver or its interface is gone. */
 ucs_status_t uct_remapring_ep_check(uct_ep_h tl_ep, unsigned flags,
                                     uct_completion_t *comp);
 
@@ -97,5 +106,18 @@ ucs_status_t uct_remapring_ep_check(uct_ep_h tl_ep, unsigned flags,
  * dispatch their pending requests.
  */
 unsigned uct_remapring_ep_progress_pending(uct_remapring_iface_t *iface);
+
+/**
+ * Send-side checks, now and then from the interface's progress: fail the
+ * peers whose receiver failed or released their connection or closed its
+ * interface.
+ */
+void uct_remapring_ep_check_peers(uct_remapring_iface_t *iface);
+
+/**
+ * Destroy the peers left when the interface closes (endpoints the user did
+ * not destroy).
+ */
+void uct_remapring_ep_cleanup_peers(uct_remapring_iface_t *iface);
 
 #endif

@@ -22,12 +22,6 @@
 #include <ucs/time/time.h>
 #include <uct/sm/base/sm_iface.h>
 
-#include <errno.h>
-#include <fcntl.h>
-#include <poll.h>
-#include <signal.h>
-#include <sys/mman.h>
-#include <sys/syscall.h>
 #include <unistd.h>
 
 
@@ -115,8 +109,9 @@ static ucs_config_field_t uct_remapring_iface_config_table[] = {
      UCS_CONFIG_TYPE_UINT},
 
     {"MAX_PEERS", "256",
-     "Number of senders one interface accepts; each connected sender gets a\n"
-     "ring window on first contact. Between 1 and 4096.",
+     "Number of sending interfaces one interface accepts; all endpoints of\n"
+     "one sender share one connection, which gets a ring window on first\n"
+     "contact. Between 1 and 4096.",
      ucs_offsetof(uct_remapring_iface_config_t, max_peers),
      UCS_CONFIG_TYPE_UINT},
 
@@ -159,6 +154,8 @@ ucs_status_t
 uct_remapring_iface_config_check(const uct_remapring_iface_config_t *config)
 {
     size_t page_size = ucs_get_page_size();
+    uct_remapring_ring_layout_t layout;
+    size_t max_payload;
 
     if ((config->block_size == UCS_MEMUNITS_INF) ||
         (config->block_size == UCS_MEMUNITS_AUTO) ||
@@ -189,18 +186,18 @@ uct_remapring_iface_config_check(const uct_remapring_iface_config_t *config)
     if ((config->max_peers < 1) ||
         (config->max_peers > UCT_REMAPRING_MAX_PEERS)) {
         ucs_error("remapring: REMAPRING_MAX_PEERS=%u must be between 1 and"
-                  " 4096", config->max_peers);
+                  " %d", config->max_peers, UCT_REMAPRING_MAX_PEERS);
         return UCS_ERR_INVALID_PARAM;
     }
 
+    uct_remapring_ring_layout_init(&layout, UCT_REMAPRING_RING_HEADROOM, 1,
+                                   0);
+    max_payload = uct_remapring_ring_max_payload(config->block_size, &layout);
     if ((config->max_short < sizeof(uint64_t)) ||
-        (config->max_short >
-         uct_remapring_ring_max_payload(config->block_size,
-                                        UCT_REMAPRING_RING_HEADROOM))) {
+        (config->max_short > max_payload)) {
         ucs_error("remapring: REMAPRING_MAX_SHORT=%zu must be between 8 and"
                   " the largest payload of a block (%zu)", config->max_short,
-                  uct_remapring_ring_max_payload(config->block_size,
-                                                 UCT_REMAPRING_RING_HEADROOM));
+                  max_payload);
         return UCS_ERR_INVALID_PARAM;
     }
 
@@ -239,82 +236,16 @@ uct_remapring_iface_config_check(const uct_remapring_iface_config_t *config)
  * cannot starve the others */
 #define UCT_REMAPRING_RX_BURST 16
 
-/* Idle progress calls between two scans for exited senders */
-#define UCT_REMAPRING_LIVENESS_PERIOD 65536
+/* Progress calls between two looks for processes that exited and for
+ * connections that receivers failed, released or closed */
+#define UCT_REMAPRING_CHECK_PERIOD 65536
 
-
-/* Whether the list of transports 'tls' (a UCX_TLS value) names this one:
- * "remapring" or "remapring:<flags>" in an allow list. A negated list
- * ("^...") or "all" names no transport. */
-static int uct_remapring_tls_name_us(const char *tls)
-{
-    static const char name[] = "remapring";
-    const char *p, *end;
-    size_t len;
-
-    if (tls[0] == '^') {
-        return 0;
-    }
-
-    for (p = tls; *p != '\0'; p = (*end == ',') ? end + 1 : end) {
-        end = strchrnul(p, ',');
-        len = end - p;
-        if ((len >= sizeof(name) - 1) &&
-            !strncmp(p, name, sizeof(name) - 1) &&
-            ((len == sizeof(name) - 1) || (p[sizeof(name) - 1] == ':'))) {
-            return 1;
-        }
-    }
-    return 0;
-}
-
-/*
- * Whether this process asked for the transport by name, in UCX_TLS or in the
- * UCX_<prefix>_TLS a UCP context reads when created with an environment
- * prefix (Open MPI: UCX_MPI_TLS). Preloaded into every UCX process, the
- * module offers its device only then: with UCX_TLS unset or "all", UCP
- * would otherwise weigh it against the transports the process expects.
- */
-static int uct_remapring_is_requested(void)
-{
-    const char *eq;
-    size_t keylen;
-    char **env;
-
-    for (env = environ; *env != NULL; ++env) {
-        eq = strchr(*env, '=');
-        if ((eq == NULL) || strncmp(*env, "UCX_", 4)) {
-            continue;
-        }
-
-        /* UCX_TLS, or UCX_<prefix>_TLS */
-        keylen = eq - *env;
-        if ((keylen >= strlen("UCX_TLS")) && !strncmp(eq - 4, "_TLS", 4) &&
-            uct_remapring_tls_name_us(eq + 1)) {
-            return 1;
-        }
-    }
-    return 0;
-}
 
 static ucs_status_t
 uct_remapring_query_tl_devices(uct_md_h md,
                                uct_tl_device_resource_t **tl_devices_p,
                                unsigned *num_tl_devices_p)
 {
-    static int logged = 0;
-
-    if (!uct_remapring_is_requested()) {
-        if (!logged) {
-            logged = 1;
-            ucs_diag("remapring: transport not offered, UCX_TLS does not name"
-                     " it (e.g. UCX_TLS=remapring,self)");
-        }
-        *tl_devices_p     = NULL;
-        *num_tl_devices_p = 0;
-        return UCS_OK;
-    }
-
     return uct_single_device_resource(md, UCT_REMAPRING_DEVICE_NAME,
                                       UCT_DEVICE_TYPE_SHM,
                                       UCS_SYS_DEVICE_ID_UNKNOWN, tl_devices_p,
@@ -328,12 +259,28 @@ static ucs_status_t uct_remapring_iface_get_address(uct_iface_h tl_iface,
                                                   uct_remapring_iface_t);
     uct_remapring_iface_addr_t *iface_addr = (void*)addr;
 
-    iface_addr->pid      = getpid();
-    iface_addr->ctl_fd   = iface->rx.ctl_fd;
-    iface_addr->iface_id = iface->id;
-    iface_addr->pid_ns     = ucs_sys_get_ns(UCS_SYS_NS_TYPE_PID);
-    iface_addr->block_size = iface->rx.pool->block_size;
+    iface_addr->pid         = getpid();
+    iface_addr->ctl_fd      = iface->rx.ctl.fd;
+    iface_addr->iface_id    = iface->id;
+    iface_addr->pid_ns      = ucs_sys_get_ns(UCS_SYS_NS_TYPE_PID);
+    iface_addr->max_payload = iface->rx.max_payload;
     return UCS_OK;
+}
+
+ucs_status_t
+uct_remapring_iface_check_peer(uct_remapring_iface_t *iface,
+                               const uct_remapring_iface_addr_t *addr,
+                               ucs_log_level_t log_level)
+{
+    if (ucs_likely(addr->max_payload >= iface->tx.max_bcopy)) {
+        return UCS_OK;
+    }
+
+    ucs_log(log_level, "remapring: pid %d takes payloads of up to %u bytes,"
+            " this process sends up to %zu: peers must use the same"
+            " UCX_REMAPRING_BLOCK_SIZE and AM alignment",
+            addr->pid, addr->max_payload, iface->tx.max_bcopy);
+    return UCS_ERR_UNREACHABLE;
 }
 
 static int uct_remapring_iface_is_reachable(const uct_iface_h tl_iface,
@@ -346,19 +293,19 @@ static int uct_remapring_iface_is_reachable(const uct_iface_h tl_iface,
     static int warned            = 0;
 
     /* same host (boot id and IPC namespace) and same pid namespace: the
-     * pid in the address must name the receiver for process_vm_writev */
+     * pid in the address must name the receiver */
     if (!uct_sm_iface_is_reachable(tl_iface, dev_addr, addr) ||
         (iface_addr == NULL) ||
         (iface_addr->pid_ns != ucs_sys_get_ns(UCS_SYS_NS_TYPE_PID))) {
         return 0;
     }
 
-    /* UCP sizes messages by our own max_bcopy, the peer's block bounds
-     * what its ring takes: the settings must agree. UCP reports only
-     * "unreachable", so the reason is said once at warning level. */
-    if (uct_remapring_iface_check_block(iface, iface_addr,
-                                        warned ? UCS_LOG_LEVEL_DEBUG :
-                                                 UCS_LOG_LEVEL_WARN) !=
+    /* UCP sizes messages by our own limits, the peer's ring bounds what it
+     * takes. UCP reports only "unreachable", so the reason is said once at
+     * warning level. */
+    if (uct_remapring_iface_check_peer(iface, iface_addr,
+                                       warned ? UCS_LOG_LEVEL_DEBUG :
+                                                UCS_LOG_LEVEL_WARN) !=
         UCS_OK) {
         warned = 1;
         return 0;
@@ -367,27 +314,11 @@ static int uct_remapring_iface_is_reachable(const uct_iface_h tl_iface,
     return 1;
 }
 
-ucs_status_t
-uct_remapring_iface_check_block(uct_remapring_iface_t *iface,
-                                const uct_remapring_iface_addr_t *addr,
-                                ucs_log_level_t log_level)
-{
-    if (ucs_likely(addr->block_size == iface->rx.pool->block_size)) {
-        return UCS_OK;
-    }
-
-    ucs_log(log_level, "remapring: pid %d uses UCX_REMAPRING_BLOCK_SIZE=%u,"
-            " this process %zu: peers must use the same block size",
-            addr->pid, addr->block_size, iface->rx.pool->block_size);
-    return UCS_ERR_UNREACHABLE;
-}
-
 static ucs_status_t uct_remapring_iface_query(uct_iface_h tl_iface,
                                               uct_iface_attr_t *iface_attr)
 {
     uct_remapring_iface_t *iface = ucs_derived_of(tl_iface,
                                                   uct_remapring_iface_t);
-    size_t max_payload           = iface->tx.max_bcopy;
 
     uct_base_iface_query(&iface->super, iface_attr);
 
@@ -404,9 +335,10 @@ static ucs_status_t uct_remapring_iface_query(uct_iface_h tl_iface,
 
     iface_attr->cap.am.max_short       = iface->tx.max_short -
                                          sizeof(uint64_t);
-    iface_attr->cap.am.max_bcopy       = max_payload;
+    iface_attr->cap.am.max_bcopy       = iface->tx.max_bcopy;
     iface_attr->cap.am.min_zcopy       = 0;
-    iface_attr->cap.am.max_zcopy       = max_payload;
+    iface_attr->cap.am.max_zcopy       = iface->tx.max_bcopy -
+                                         UCT_REMAPRING_AM_MAX_HDR;
     iface_attr->cap.am.opt_zcopy_align = 1;
     iface_attr->cap.am.align_mtu       = 1;
     iface_attr->cap.am.max_hdr         = UCT_REMAPRING_AM_MAX_HDR;
@@ -444,6 +376,8 @@ static void uct_remapring_iface_release_desc(uct_recv_desc_t *self,
     uct_remapring_ring_release(iface->rx.pool, desc);
 }
 
+/* ------------------------------------------------------------ receive side */
+
 static void uct_remapring_rx_set_active(uct_remapring_iface_t *iface,
                                         uct_remapring_rx_conn_t *rx_conn)
 {
@@ -461,14 +395,11 @@ static void uct_remapring_rx_set_idle(uct_remapring_rx_conn_t *rx_conn)
     }
 }
 
-/* Free a connection: its ring (held blocks stay until released), the pidfd,
- * and the slot, which a new sender may then claim */
-static void uct_remapring_rx_conn_free(uct_remapring_iface_t *iface,
-                                       unsigned index)
+/* Let go of a connection's ring (held blocks stay until released) and of
+ * its sender */
+static void uct_remapring_rx_conn_reset(uct_remapring_iface_t *iface,
+                                        uct_remapring_rx_conn_t *rx_conn)
 {
-    uct_remapring_rx_conn_t *rx_conn = &iface->rx.rx_conns[index];
-    uct_remapring_conn_t *conn       = &iface->rx.conns[index];
-
     uct_remapring_rx_set_idle(rx_conn);
     if (rx_conn->ring != NULL) {
         uct_remapring_ring_destroy(rx_conn->ring);
@@ -476,27 +407,50 @@ static void uct_remapring_rx_conn_free(uct_remapring_iface_t *iface,
         --iface->rx.nconns;
     }
 
-    if (rx_conn->pidfd >= 0) {
-        close(rx_conn->pidfd);
-        rx_conn->pidfd = -1;
-    }
-
-    conn->armed = 0;
-    __atomic_store_n(&conn->state, UCT_REMAPRING_CONN_FREE, __ATOMIC_RELEASE);
+    uct_remapring_proc_close(&iface->watch, &rx_conn->sender);
+    rx_conn->failed = 0;
 }
 
+/* Free connection @a index for a new sender */
+static void uct_remapring_rx_conn_free(uct_remapring_iface_t *iface,
+                                       unsigned index)
+{
+    uct_remapring_rx_conn_reset(iface, &iface->rx.rx_conns[index]);
+    uct_remapring_ctl_release(&iface->rx.ctl, index);
+}
+
+/* Refuse or fail connection @a index; @a reason is logged, NULL if the
+ * failure was logged where it was found. The ring stays until the sender
+ * closes or exits, so that its late writes land in its own blocks. */
 static void uct_remapring_rx_conn_fail(uct_remapring_iface_t *iface,
                                        unsigned index, const char *reason)
 {
-    uct_remapring_conn_t *conn = &iface->rx.conns[index];
+    uct_remapring_rx_conn_t *rx_conn = &iface->rx.rx_conns[index];
 
-    ucs_error("remapring: iface %p connection %u from pid %d failed: %s",
-              iface, index, conn->sender_pid, reason);
-    uct_remapring_rx_set_idle(&iface->rx.rx_conns[index]);
-    /* keep the ring view mapped until the sender leaves, so that its late
-     * writes land in our pool and nowhere else */
-    __atomic_store_n(&conn->state, UCT_REMAPRING_CONN_FAILED,
-                     __ATOMIC_RELEASE);
+    if (reason != NULL) {
+        ucs_error("remapring: iface %p connection %u from pid %d failed: %s",
+                  iface, index, iface->rx.ctl.conns[index].sender_pid,
+                  reason);
+    }
+
+    rx_conn->failed = 1;
+    uct_remapring_rx_set_idle(rx_conn);
+    uct_remapring_conn_set_state(&iface->rx.ctl.conns[index],
+                                 UCT_REMAPRING_CONN_FAILED);
+}
+
+/* The interface's watch saw the sender of a connection exit */
+static void uct_remapring_rx_sender_exited(uct_remapring_proc_t *proc)
+{
+    uct_remapring_rx_conn_t *rx_conn = ucs_container_of(proc,
+                                                        uct_remapring_rx_conn_t,
+                                                        sender);
+    uct_remapring_iface_t *iface     = rx_conn->iface;
+    unsigned index                   = rx_conn - iface->rx.rx_conns;
+
+    ucs_debug("remapring: iface %p sender pid %d of connection %u exited",
+              iface, proc->pid, index);
+    uct_remapring_rx_conn_free(iface, index);
 }
 
 /* A sender claimed connection @a index: make its ring */
@@ -504,28 +458,27 @@ static void uct_remapring_rx_conn_accept(uct_remapring_iface_t *iface,
                                          unsigned index)
 {
     uct_remapring_rx_conn_t *rx_conn = &iface->rx.rx_conns[index];
-    uct_remapring_conn_t *conn       = &iface->rx.conns[index];
+    uct_remapring_conn_t *conn       = &iface->rx.ctl.conns[index];
     uct_remapring_ring_params_t params;
     ucs_status_t status;
-    int pidfd;
 
-    /* pidfd_open is Linux 5.3; without it (older kernels, seccomp
-     * filters, valgrind) the reaper falls back to the pid alone */
-    pidfd = syscall(SYS_pidfd_open, conn->sender_pid, 0);
-    if ((pidfd < 0) &&
-        ((errno == ESRCH) ||
-         ((kill(conn->sender_pid, 0) < 0) && (errno == ESRCH)))) {
-        uct_remapring_rx_conn_fail(iface, index, "sender is gone");
+    if (uct_remapring_proc_open(&iface->watch, conn->sender_pid,
+                                uct_remapring_rx_sender_exited,
+                                &rx_conn->sender) != UCS_OK) {
+        /* nobody will close it */
+        ucs_debug("remapring: iface %p sender pid %d of connection %u is"
+                  " gone", iface, conn->sender_pid, index);
+        uct_remapring_ctl_release(&iface->rx.ctl, index);
         return;
     }
 
     uct_remapring_ring_params_default(&params);
     params.nslots       = iface->rx.nslots;
     params.headroom     = UCT_REMAPRING_RING_HEADROOM;
+    params.align        = iface->rx.align;
+    params.align_offset = iface->rx.align_offset;
     params.credit_batch = iface->rx.credit_batch;
-    params.shared_slots = uct_remapring_ctl_slot_table(iface->rx.ctl,
-                                                       iface->rx.max_peers,
-                                                       iface->rx.nslots,
+    params.shared_slots = uct_remapring_ctl_slot_table(iface->rx.ctl.ctl,
                                                        index);
     /* a sender on the shm wire follows the slot table only: held blocks
      * are swapped in the table, without mmap */
@@ -533,41 +486,43 @@ static void uct_remapring_rx_conn_accept(uct_remapring_iface_t *iface,
     status = uct_remapring_ring_create(iface->rx.pool, &params, &conn->ring,
                                        &rx_conn->ring);
     if (status != UCS_OK) {
-        close(pidfd);
         uct_remapring_rx_conn_fail(iface, index,
                                    (status == UCS_ERR_NO_RESOURCE) ?
                                    "no room for its ring in the pool "
                                    "(UCX_REMAPRING_POOL_MAX)" :
-                                   ucs_status_string(status));
+                                   NULL);
         return;
     }
 
-    rx_conn->pidfd = pidfd;
     ++iface->rx.nconns;
     uct_remapring_md_set_in_use(iface->super.md);
     ucs_debug("remapring: iface %p accepted pid %d on connection %u, ring"
               " view %p", iface, conn->sender_pid, index,
               rx_conn->ring->view);
-    __atomic_store_n(&conn->state, UCT_REMAPRING_CONN_READY, __ATOMIC_RELEASE);
+    uct_remapring_conn_set_state(conn, UCT_REMAPRING_CONN_READY);
     uct_remapring_rx_set_active(iface, rx_conn);
 }
 
-/* A doorbell for connection @a index rang */
-static void uct_remapring_rx_conn_wake(uct_remapring_iface_t *iface,
-                                       unsigned index)
+/* The doorbell of connection @a index rang */
+static void uct_remapring_rx_conn_wake(void *arg, unsigned index)
 {
+    uct_remapring_iface_t *iface     = arg;
     uct_remapring_rx_conn_t *rx_conn = &iface->rx.rx_conns[index];
 
-    switch (__atomic_load_n(&iface->rx.conns[index].state, __ATOMIC_ACQUIRE)) {
+    switch (uct_remapring_conn_state(&iface->rx.ctl.conns[index])) {
     case UCT_REMAPRING_CONN_CLAIMED:
-        if (rx_conn->ring == NULL) {
+        if ((rx_conn->ring == NULL) && !rx_conn->failed) {
             uct_remapring_rx_conn_accept(iface, index);
         }
         break;
     case UCT_REMAPRING_CONN_READY:
-    case UCT_REMAPRING_CONN_CLOSED:
         if (rx_conn->ring != NULL) {
             uct_remapring_rx_set_active(iface, rx_conn);
+        }
+        break;
+    case UCT_REMAPRING_CONN_CLOSED:
+        if ((rx_conn->ring != NULL) && !rx_conn->failed) {
+            uct_remapring_rx_set_active(iface, rx_conn); /* drain first */
         } else {
             uct_remapring_rx_conn_free(iface, index);
         }
@@ -577,33 +532,12 @@ static void uct_remapring_rx_conn_wake(uct_remapring_iface_t *iface,
     }
 }
 
-static void uct_remapring_rx_doorbells(uct_remapring_iface_t *iface)
-{
-    uct_remapring_ctl_t *ctl = iface->rx.ctl;
-    uint64_t summary, word;
-    unsigned w, b;
-
-    if (ucs_likely(__atomic_load_n(&ctl->summary, __ATOMIC_RELAXED) == 0)) {
-        return;
-    }
-
-    summary = __atomic_exchange_n(&ctl->summary, 0, __ATOMIC_ACQUIRE);
-    ucs_for_each_bit(w, summary) {
-        word = __atomic_exchange_n(&ctl->active[w], 0, __ATOMIC_ACQUIRE);
-        ucs_for_each_bit(b, word) {
-            if ((w * 64) + b < iface->rx.max_peers) {
-                uct_remapring_rx_conn_wake(iface, (w * 64) + b);
-            }
-        }
-    }
-}
-
 /* Deliver up to a burst of records from one connection's ring */
 static unsigned uct_remapring_rx_conn_poll(uct_remapring_iface_t *iface,
                                            unsigned index)
 {
     uct_remapring_rx_conn_t *rx_conn = &iface->rx.rx_conns[index];
-    uct_remapring_conn_t *conn       = &iface->rx.conns[index];
+    uct_remapring_conn_t *conn       = &iface->rx.ctl.conns[index];
     uct_remapring_ring_t *ring       = rx_conn->ring;
     uct_remapring_ring_rx_t rx;
     ucs_status_t status;
@@ -614,7 +548,7 @@ static unsigned uct_remapring_rx_conn_poll(uct_remapring_iface_t *iface,
         if (status == UCS_ERR_NO_PROGRESS) {
             break;
         } else if (ucs_unlikely(status != UCS_OK)) {
-            uct_remapring_rx_conn_fail(iface, index, "bad record");
+            uct_remapring_rx_conn_fail(iface, index, NULL); /* logged */
             return count;
         } else if (ucs_unlikely(rx.am_id >= UCT_AM_ID_MAX)) {
             uct_remapring_rx_conn_fail(iface, index, "bad active message id");
@@ -627,6 +561,8 @@ static unsigned uct_remapring_rx_conn_poll(uct_remapring_iface_t *iface,
         uct_recv_desc(UCS_PTR_BYTE_OFFSET(rx.payload,
                                           -(ptrdiff_t)iface->rx.rx_headroom))
                 = &iface->rx.release_desc;
+        uct_iface_trace_am(&iface->super, UCT_AM_TRACE_TYPE_RECV, rx.am_id,
+                           rx.payload, rx.length, "RX: AM");
         status = uct_iface_invoke_am(&iface->super, rx.am_id, rx.payload,
                                      rx.length, UCT_CB_PARAM_FLAG_DESC);
         uct_remapring_ring_consume(ring, &rx, status == UCS_INPROGRESS);
@@ -634,14 +570,12 @@ static unsigned uct_remapring_rx_conn_poll(uct_remapring_iface_t *iface,
 
     if (count < UCT_REMAPRING_RX_BURST) {
         /* empty: arm the doorbell, then look once more, as the sender may
-         * have published before it could see the arming (see remapring_ctl_t) */
-        __atomic_store_n(&conn->armed, 1, __ATOMIC_RELAXED);
-        __atomic_thread_fence(__ATOMIC_SEQ_CST);
+         * have published before it could see the arming (remapring_conn.h) */
+        uct_remapring_ctl_arm(&iface->rx.ctl, index);
         if (uct_remapring_ring_ctl_load_tail(&conn->ring) == ring->head) {
             uct_remapring_rx_set_idle(rx_conn);
             uct_remapring_ring_flush_credits(ring);
-            if (__atomic_load_n(&conn->state, __ATOMIC_ACQUIRE) ==
-                UCT_REMAPRING_CONN_CLOSED) {
+            if (uct_remapring_conn_state(conn) == UCT_REMAPRING_CONN_CLOSED) {
                 uct_remapring_rx_conn_free(iface, index);
             }
         }
@@ -650,44 +584,17 @@ static unsigned uct_remapring_rx_conn_poll(uct_remapring_iface_t *iface,
     return count;
 }
 
-/* Whether the sender of connection @a index exited */
-static int uct_remapring_rx_sender_exited(uct_remapring_iface_t *iface,
-                                          unsigned index)
-{
-    uct_remapring_rx_conn_t *rx_conn = &iface->rx.rx_conns[index];
-    struct pollfd pfd;
+/* ------------------------------------------------------------- interface */
 
-    if (rx_conn->pidfd >= 0) {
-        pfd.fd      = rx_conn->pidfd;
-        pfd.events  = POLLIN;
-        pfd.revents = 0;
-        return (poll(&pfd, 1, 0) == 1) && (pfd.revents & POLLIN);
+/* Now and then: processes that exited, connections receivers gave up */
+static UCS_F_NOINLINE void uct_remapring_iface_check(uct_remapring_iface_t *iface)
+{
+    iface->progress_calls = 0;
+    if ((iface->rx.nconns > 0) || (kh_size(&iface->tx.peers) > 0)) {
+        uct_remapring_watch_poll(&iface->watch);
     }
 
-    /* no pidfd: a reused pid keeps the connection until that process
-     * exits too */
-    return (kill(iface->rx.conns[index].sender_pid, 0) < 0) &&
-           (errno == ESRCH);
-}
-
-/* Free the connections of senders that exited without closing */
-static void uct_remapring_rx_reap(uct_remapring_iface_t *iface)
-{
-    unsigned index;
-
-    for (index = 0; index < iface->rx.max_peers; ++index) {
-        if ((iface->rx.rx_conns[index].pidfd < 0) &&
-            (iface->rx.rx_conns[index].ring == NULL)) {
-            continue;
-        }
-
-        if (uct_remapring_rx_sender_exited(iface, index)) {
-            ucs_debug("remapring: iface %p sender pid %d on connection %u"
-                      " exited", iface, iface->rx.conns[index].sender_pid,
-                      index);
-            uct_remapring_rx_conn_free(iface, index);
-        }
-    }
+    uct_remapring_ep_check_peers(iface);
 }
 
 static unsigned uct_remapring_iface_progress(uct_iface_h tl_iface)
@@ -697,7 +604,8 @@ static unsigned uct_remapring_iface_progress(uct_iface_h tl_iface)
     uct_remapring_rx_conn_t *rx_conn, *tmp;
     unsigned count = 0;
 
-    uct_remapring_rx_doorbells(iface);
+    uct_remapring_ctl_doorbells(&iface->rx.ctl, uct_remapring_rx_conn_wake,
+                                iface);
     ucs_list_for_each_safe(rx_conn, tmp, &iface->rx.active, list) {
         count += uct_remapring_rx_conn_poll(iface,
                                             rx_conn - iface->rx.rx_conns);
@@ -705,10 +613,8 @@ static unsigned uct_remapring_iface_progress(uct_iface_h tl_iface)
 
     count += uct_remapring_ep_progress_pending(iface);
 
-    if ((count == 0) && (iface->rx.nconns > 0) &&
-        (++iface->rx.idle_polls >= UCT_REMAPRING_LIVENESS_PERIOD)) {
-        iface->rx.idle_polls = 0;
-        uct_remapring_rx_reap(iface);
+    if (ucs_unlikely(++iface->progress_calls >= UCT_REMAPRING_CHECK_PERIOD)) {
+        uct_remapring_iface_check(iface);
     }
 
     return count;
@@ -726,8 +632,7 @@ static ucs_status_t uct_remapring_iface_flush(uct_iface_h tl_iface,
     }
 
     /* every send completed when it returned; only pending requests wait */
-    if (!ucs_arbiter_is_empty(&iface->tx.arbiter) ||
-        !ucs_list_is_empty(&iface->tx.blocked)) {
+    if (!ucs_list_is_empty(&iface->tx.blocked)) {
         UCT_TL_IFACE_STAT_FLUSH_WAIT(&iface->super);
         return UCS_INPROGRESS;
     }
@@ -744,62 +649,6 @@ static ucs_status_t uct_remapring_iface_fence(uct_iface_h tl_iface,
     ucs_memory_cpu_fence();
     UCT_TL_IFACE_STAT_FENCE(ucs_derived_of(tl_iface, uct_base_iface_t));
     return UCS_OK;
-}
-
-static ucs_status_t uct_remapring_iface_ctl_create(uct_remapring_iface_t *iface)
-{
-    char name[64];
-    size_t size;
-    int fd;
-
-    size = ucs_align_up_pow2(uct_remapring_ctl_size(iface->rx.max_peers,
-                                                    iface->rx.nslots),
-                             ucs_get_page_size());
-    ucs_snprintf_zero(name, sizeof(name), "remapring-ctl-%d", getpid());
-    /* senders open it through /proc/<pid>/fd/<fd>, CLOEXEC does not matter */
-    fd = memfd_create(name, MFD_CLOEXEC);
-    if (fd < 0) {
-        ucs_error("remapring: memfd_create(%s) failed: %m", name);
-        return UCS_ERR_IO_ERROR;
-    }
-
-    if (ftruncate(fd, size) != 0) {
-        ucs_error("remapring: ftruncate(%s, %zu) failed: %m", name, size);
-        goto err_close;
-    }
-
-    iface->rx.ctl = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd,
-                         0);
-    if (iface->rx.ctl == MAP_FAILED) {
-        ucs_error("remapring: mmap(%s, %zu) failed: %m", name, size);
-        goto err_close;
-    }
-
-    iface->rx.ctl_fd          = fd;
-    iface->rx.ctl_size        = size;
-    iface->rx.conns           = uct_remapring_ctl_conns(iface->rx.ctl,
-                                                        iface->rx.max_peers);
-    iface->rx.ctl->version    = UCT_REMAPRING_CTL_VERSION;
-    iface->rx.ctl->max_peers  = iface->rx.max_peers;
-    iface->rx.ctl->iface_id   = iface->id;
-    iface->rx.ctl->owner_pid  = getpid();
-    iface->rx.ctl->block_size  = iface->rx.pool->block_size;
-    iface->rx.ctl->pool_fd     = iface->rx.pool->fd;
-    iface->rx.ctl->pool_blocks = iface->rx.pool->max_blocks;
-    iface->rx.ctl->ring_slots  = iface->rx.nslots;
-    __atomic_store_n(&iface->rx.ctl->magic, UCT_REMAPRING_CTL_MAGIC,
-                     __ATOMIC_RELEASE);
-    return UCS_OK;
-
-err_close:
-    close(fd);
-    return UCS_ERR_IO_ERROR;
-}
-
-static void uct_remapring_iface_ctl_destroy(uct_remapring_iface_t *iface)
-{
-    munmap(iface->rx.ctl, iface->rx.ctl_size);
-    close(iface->rx.ctl_fd);
 }
 
 static UCS_CLASS_DECLARE_DELETE_FUNC(uct_remapring_iface_t, uct_iface_t);
@@ -862,6 +711,55 @@ uct_remapring_iface_perf_init(uct_remapring_iface_t *iface,
                             ucs_time_to_sec(config->overhead);
 }
 
+/* The AM payload alignment the upper layer asked for (1: none) */
+static ucs_status_t
+uct_remapring_iface_am_alignment(const uct_iface_params_t *params,
+                                 size_t block_size, unsigned *align_p,
+                                 unsigned *offset_p)
+{
+    size_t align, offset;
+    ucs_status_t status;
+
+    /* UCT's own rules: an offset without an alignment is refused */
+    status = uct_iface_param_am_alignment(params, SIZE_MAX, 0, 0, &align,
+                                          &offset);
+    if (status != UCS_OK) {
+        return status;
+    }
+
+    if (!(params->field_mask & UCT_IFACE_PARAM_FIELD_AM_ALIGNMENT)) {
+        *align_p  = 1;
+        *offset_p = 0;
+        return UCS_OK;
+    }
+
+    if ((align == 0) || !ucs_is_pow2(align) ||
+        (align > ucs_get_page_size())) {
+        ucs_error("remapring: AM alignment %zu must be a power of two of at"
+                  " most the page size (%zu)", align, ucs_get_page_size());
+        return UCS_ERR_INVALID_PARAM;
+    }
+
+    if (offset >= align) {
+        ucs_error("remapring: AM alignment offset %zu must be less than the"
+                  " alignment %zu", offset, align);
+        return UCS_ERR_INVALID_PARAM;
+    }
+
+    if (!uct_remapring_ring_geometry_valid(block_size, 2,
+                                           UCT_REMAPRING_RING_HEADROOM, align,
+                                           offset)) {
+        ucs_error("remapring: AM alignment %zu leaves too little of a block"
+                  " of %zu bytes (UCX_REMAPRING_BLOCK_SIZE)", align,
+                  block_size);
+        return UCS_ERR_INVALID_PARAM;
+    }
+
+    *align_p  = align;
+    *offset_p = offset;
+    return UCS_OK;
+}
+
 static UCS_CLASS_INIT_FUNC(uct_remapring_iface_t, uct_md_h md,
                            uct_worker_h worker,
                            const uct_iface_params_t *params,
@@ -870,6 +768,8 @@ static UCS_CLASS_INIT_FUNC(uct_remapring_iface_t, uct_md_h md,
     const uct_remapring_iface_config_t *config =
             ucs_derived_of(tl_config, uct_remapring_iface_config_t);
     uct_remapring_pool_params_t pool_params;
+    uct_remapring_ctl_params_t ctl_params;
+    uct_remapring_ring_layout_t layout;
     ucs_status_t status;
     unsigned index;
 
@@ -878,6 +778,14 @@ static UCS_CLASS_INIT_FUNC(uct_remapring_iface_t, uct_md_h md,
     if (!(params->open_mode & UCT_IFACE_OPEN_MODE_DEVICE)) {
         ucs_error("remapring: only UCT_IFACE_OPEN_MODE_DEVICE is supported");
         return UCS_ERR_UNSUPPORTED;
+    }
+
+    /* one thread at a time per interface, as UCX's shared memory
+     * transports; UCP serialises a multi-threaded worker itself */
+    if (ucs_derived_of(worker, uct_priv_worker_t)->thread_mode ==
+        UCS_THREAD_MODE_MULTI) {
+        ucs_error("remapring: a multi-threaded worker is not supported");
+        return UCS_ERR_INVALID_PARAM;
     }
 
     status = uct_remapring_iface_config_check(config);
@@ -904,22 +812,38 @@ static UCS_CLASS_INIT_FUNC(uct_remapring_iface_t, uct_md_h md,
         return UCS_ERR_INVALID_PARAM;
     }
 
-    self->id                   = ucs_generate_uuid((uintptr_t)self);
-    self->rx.max_peers         = config->max_peers;
-    self->rx.nslots            = config->ring_slots;
-    self->rx.credit_batch      = config->credit_batch;
-    self->rx.nconns            = 0;
-    self->rx.idle_polls        = 0;
-    self->rx.release_desc.cb   = uct_remapring_iface_release_desc;
-    self->tx.max_short         = config->max_short;
-    self->tx.wire              = config->wire;
-    self->tx.max_bcopy         = uct_remapring_ring_max_payload(
-                                         config->block_size,
-                                         UCT_REMAPRING_RING_HEADROOM);
+    status = uct_remapring_iface_am_alignment(params, config->block_size,
+                                              &self->rx.align,
+                                              &self->rx.align_offset);
+    if (status != UCS_OK) {
+        return status;
+    }
+
+    uct_remapring_ring_layout_init(&layout, UCT_REMAPRING_RING_HEADROOM,
+                                   self->rx.align, self->rx.align_offset);
+    self->id                 = ucs_generate_uuid((uintptr_t)self);
+    self->progress_calls     = 0;
+    self->rx.nslots          = config->ring_slots;
+    self->rx.credit_batch    = config->credit_batch;
+    self->rx.nconns          = 0;
+    self->rx.max_payload     = uct_remapring_ring_max_payload(
+                                       config->block_size, &layout);
+    self->rx.release_desc.cb = uct_remapring_iface_release_desc;
+    self->tx.wire            = config->wire;
+    self->tx.dispatching     = NULL;
+    /* what we send, our own rings take: peers alike are reachable */
+    self->tx.max_bcopy       = self->rx.max_payload;
+    self->tx.max_short       = ucs_min(config->max_short, self->tx.max_bcopy);
     uct_remapring_iface_perf_init(self, config);
     ucs_list_head_init(&self->rx.active);
     ucs_list_head_init(&self->tx.blocked);
     ucs_arbiter_init(&self->tx.arbiter);
+    kh_init_inplace(uct_remapring_peers, &self->tx.peers);
+
+    status = uct_remapring_watch_init(&self->watch);
+    if (status != UCS_OK) {
+        goto err_arbiter;
+    }
 
     uct_remapring_pool_params_default(&pool_params);
     pool_params.block_size  = config->block_size;
@@ -932,21 +856,22 @@ static UCS_CLASS_INIT_FUNC(uct_remapring_iface_t, uct_md_h md,
     pool_params.name        = "remapring-pool";
     status = uct_remapring_pool_create(&pool_params, &self->rx.pool);
     if (status != UCS_OK) {
-        goto err_arbiter;
+        goto err_watch;
     }
 
-    self->rx.rx_conns = ucs_calloc(self->rx.max_peers,
+    self->rx.rx_conns = ucs_calloc(config->max_peers,
                                    sizeof(*self->rx.rx_conns),
                                    "remapring_rx_conns");
     if (self->rx.rx_conns == NULL) {
         ucs_error("remapring: failed to allocate %u connections",
-                  self->rx.max_peers);
+                  config->max_peers);
         status = UCS_ERR_NO_MEMORY;
         goto err_pool;
     }
 
-    for (index = 0; index < self->rx.max_peers; ++index) {
-        self->rx.rx_conns[index].pidfd = -1;
+    for (index = 0; index < config->max_peers; ++index) {
+        self->rx.rx_conns[index].iface        = self;
+        self->rx.rx_conns[index].sender.pidfd = -1;
     }
 
     self->tx.bounce = ucs_malloc(self->tx.max_bcopy, "remapring_bounce");
@@ -957,13 +882,19 @@ static UCS_CLASS_INIT_FUNC(uct_remapring_iface_t, uct_md_h md,
         goto err_conns;
     }
 
-    status = uct_remapring_iface_ctl_create(self);
+    ctl_params.max_peers   = config->max_peers;
+    ctl_params.ring_slots  = config->ring_slots;
+    ctl_params.iface_id    = self->id;
+    ctl_params.block_size  = self->rx.pool->block_size;
+    ctl_params.pool_fd     = self->rx.pool->fd;
+    ctl_params.pool_blocks = self->rx.pool->max_blocks;
+    status = uct_remapring_ctl_create(&ctl_params, &self->rx.ctl);
     if (status != UCS_OK) {
         goto err_bounce;
     }
 
     ucs_debug("remapring: iface %p pid %d ctl fd %d blocks %zu slots %u"
-              " peers %u", self, getpid(), self->rx.ctl_fd,
+              " peers %u", self, getpid(), self->rx.ctl.fd,
               config->block_size, config->ring_slots, config->max_peers);
     return UCS_OK;
 
@@ -973,7 +904,10 @@ err_conns:
     ucs_free(self->rx.rx_conns);
 err_pool:
     uct_remapring_pool_destroy(self->rx.pool);
+err_watch:
+    uct_remapring_watch_cleanup(&self->watch);
 err_arbiter:
+    kh_destroy_inplace(uct_remapring_peers, &self->tx.peers);
     ucs_arbiter_cleanup(&self->tx.arbiter);
     return status;
 }
@@ -984,16 +918,19 @@ static UCS_CLASS_CLEANUP_FUNC(uct_remapring_iface_t)
 
     uct_base_iface_progress_disable(&self->super.super,
                                     UCT_PROGRESS_SEND | UCT_PROGRESS_RECV);
-    for (index = 0; index < self->rx.max_peers; ++index) {
-        if (self->rx.rx_conns[index].ring != NULL) {
-            uct_remapring_rx_conn_free(self, index);
-        }
+    uct_remapring_ep_cleanup_peers(self);
+
+    /* senders see the interface closed; then the rings go */
+    uct_remapring_ctl_destroy(&self->rx.ctl);
+    for (index = 0; index < self->rx.ctl.max_peers; ++index) {
+        uct_remapring_rx_conn_reset(self, &self->rx.rx_conns[index]);
     }
 
-    uct_remapring_iface_ctl_destroy(self);
     ucs_free(self->tx.bounce);
     ucs_free(self->rx.rx_conns);
     uct_remapring_pool_destroy(self->rx.pool);
+    uct_remapring_watch_cleanup(&self->watch);
+    kh_destroy_inplace(uct_remapring_peers, &self->tx.peers);
     ucs_arbiter_cleanup(&self->tx.arbiter);
 }
 

@@ -57,10 +57,17 @@ static uint32_t uct_remapring_rkey_hash(const uct_remapring_rkey_t *rkey)
     return (uint32_t)h;
 }
 
-ucs_status_t uct_remapring_rkey_check(const uct_remapring_rkey_t *rkey,
-                                      pid_t pid, uint64_t address,
-                                      size_t length)
+ucs_status_t uct_remapring_rkey_check(uct_rkey_t tl_rkey, pid_t pid,
+                                      uint64_t address, size_t length)
 {
+    const uct_remapring_rkey_t *rkey = (const uct_remapring_rkey_t*)tl_rkey;
+
+    if (ucs_unlikely((tl_rkey == 0) || (tl_rkey == UCT_INVALID_RKEY))) {
+        ucs_error("remapring: no remote key for 0x%" PRIx64 "+%zu", address,
+                  length);
+        return UCS_ERR_INVALID_PARAM;
+    }
+
     if (ucs_unlikely(rkey->pid != pid)) {
         ucs_error("remapring: rkey of pid %d used with a peer of pid %d",
                   rkey->pid, pid);

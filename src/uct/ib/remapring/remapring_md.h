@@ -71,12 +71,12 @@ void uct_remapring_md_set_in_use(uct_md_h md);
 
 
 /**
- * Check that a remote key from a peer covers [@a address, + @a length) of
- * process @a pid; logs and returns UCS_ERR_INVALID_PARAM otherwise.
+ * Check that an unpacked remote key covers [@a address, + @a length) of
+ * process @a pid; logs and returns UCS_ERR_INVALID_PARAM otherwise (also for
+ * a null or UCT_INVALID_RKEY key).
  */
-ucs_status_t uct_remapring_rkey_check(const uct_remapring_rkey_t *rkey,
-                                      pid_t pid, uint64_t address,
-                                      size_t length);
+ucs_status_t uct_remapring_rkey_check(uct_rkey_t rkey, pid_t pid,
+                                      uint64_t address, size_t length);
 
 
 /**

@@ -19,10 +19,30 @@
 #include <sys/mman.h>
 
 
+int uct_remapring_ring_geometry_valid(size_t block_size, unsigned nslots,
+                                      uint32_t headroom, uint32_t align,
+                                      uint32_t align_offset)
+{
+    uct_remapring_ring_layout_t layout;
+
+    if (!ucs_is_pow2(block_size) || (block_size < 4096) ||
+        !ucs_is_pow2(nslots) || (nslots < 2) || (align == 0) ||
+        !ucs_is_pow2(align) || (align > 4096) || (align_offset >= align) ||
+        (headroom > block_size)) {
+        return 0;
+    }
+
+    uct_remapring_ring_layout_init(&layout, headroom, align, align_offset);
+    return uct_remapring_ring_max_payload(block_size, &layout) >=
+           block_size / 2;
+}
+
 void uct_remapring_ring_params_default(uct_remapring_ring_params_t *params)
 {
     params->nslots       = 16;
     params->headroom     = 256;
+    params->align        = 1;
+    params->align_offset = 0;
     params->credit_batch = 4;
     params->shared_slots = NULL;
     params->remap_view   = 1;
@@ -139,14 +159,15 @@ uct_remapring_ring_create(uct_remapring_pool_t *pool,
     ucs_status_t status;
     unsigned i, run;
 
-    if (!ucs_is_pow2(params->nslots) || (params->nslots < 2) ||
+    if (!uct_remapring_ring_geometry_valid(pool->block_size, params->nslots,
+                                           params->headroom, params->align,
+                                           params->align_offset) ||
         (!params->remap_view && (params->shared_slots == NULL)) ||
-        (uct_remapring_ring_payload_offset(params->headroom) >
-         pool->block_size / 2) ||
         (((uintptr_t)ctl % UCT_REMAPRING_RING_ALIGN) != 0)) {
-        ucs_error("invalid ring parameters: nslots %u headroom %u block size "
-                  "%zu ctl %p",
-                  params->nslots, params->headroom, pool->block_size, ctl);
+        ucs_error("invalid ring parameters: nslots %u headroom %u align %u"
+                  " offset %u block size %zu ctl %p",
+                  params->nslots, params->headroom, params->align,
+                  params->align_offset, pool->block_size, ctl);
         return UCS_ERR_INVALID_PARAM;
     }
 
@@ -163,7 +184,8 @@ uct_remapring_ring_create(uct_remapring_pool_t *pool,
     ring->nslots         = params->nslots;
     ring->window_size    = (size_t)params->nslots << pool->block_shift;
     ring->headroom       = params->headroom;
-    ring->payload_offset = uct_remapring_ring_payload_offset(params->headroom);
+    uct_remapring_ring_layout_init(&ring->layout, params->headroom,
+                                   params->align, params->align_offset);
     ring->credit_batch =
             (uint64_t)ucs_max(1u, ucs_min(params->credit_batch, params->nslots))
             << pool->block_shift;
@@ -223,7 +245,9 @@ uct_remapring_ring_create(uct_remapring_pool_t *pool,
     ctl->info.view_addr  = (uintptr_t)ring->view;
     ctl->info.block_size = (uint32_t)ring->block_size;
     ctl->info.nslots     = ring->nslots;
-    ctl->info.headroom   = ring->headroom;
+    ctl->info.headroom     = ring->headroom;
+    ctl->info.align        = ring->layout.align;
+    ctl->info.align_offset = ring->layout.align_offset;
     uct_remapring_ring_ctl_store_tail(ctl, 0);
     uct_remapring_ring_ctl_store_released(ctl, 0);
 
@@ -322,7 +346,7 @@ uct_remapring_ring_poll(uct_remapring_ring_t *ring, uct_remapring_ring_rx_t *rx)
         }
 
         if (hdr.type == UCT_REMAPRING_RING_REC_DATA) {
-            size = uct_remapring_ring_record_size(ring->payload_offset,
+            size = uct_remapring_ring_record_size(&ring->layout, ring->head,
                                                   hdr.length);
             if (pos + size > ring->block_size) {
                 return uct_remapring_ring_bad(ring, "length past the slot",
@@ -334,7 +358,9 @@ uct_remapring_ring_poll(uct_remapring_ring_t *ring, uct_remapring_ring_rx_t *rx)
                                               &hdr);
             }
 
-            rx->payload = rec + ring->payload_offset;
+            rx->payload = rec + (uct_remapring_ring_payload_pos(&ring->layout,
+                                                                ring->head) -
+                                 ring->head);
             rx->length  = hdr.length;
             rx->am_id   = hdr.am_id;
             rx->flags   = hdr.flags;
@@ -437,15 +463,14 @@ uct_remapring_ring_writer_init(uct_remapring_ring_writer_t *writer,
     size_t window_size = (size_t)info->block_size * info->nslots;
 
     if ((info->magic != UCT_REMAPRING_RING_CTL_MAGIC) ||
-        !ucs_is_pow2(info->block_size) || (info->block_size < 4096) ||
-        !ucs_is_pow2(info->nslots) || (info->nslots < 2) ||
-        (uct_remapring_ring_payload_offset(info->headroom) >
-         info->block_size / 2) ||
+        !uct_remapring_ring_geometry_valid(info->block_size, info->nslots,
+                                           info->headroom, info->align,
+                                           info->align_offset) ||
         (window_size != wire->window_size)) {
         ucs_error("invalid ring info: magic 0x%lx block size %u nslots %u "
-                  "headroom %u, wire window %zu",
+                  "headroom %u align %u offset %u, wire window %zu",
                   info->magic, info->block_size, info->nslots, info->headroom,
-                  wire->window_size);
+                  info->align, info->align_offset, wire->window_size);
         return UCS_ERR_INVALID_PARAM;
     }
 
@@ -454,8 +479,10 @@ uct_remapring_ring_writer_init(uct_remapring_ring_writer_t *writer,
     writer->tail           = 0;
     writer->block_size     = info->block_size;
     writer->window_size    = window_size;
-    writer->payload_offset = uct_remapring_ring_payload_offset(info->headroom);
-    writer->max_payload    = info->block_size - writer->payload_offset;
+    uct_remapring_ring_layout_init(&writer->layout, info->headroom,
+                                   info->align, info->align_offset);
+    writer->max_payload = uct_remapring_ring_max_payload(info->block_size,
+                                                         &writer->layout);
     writer->limit = uct_remapring_wire_released_head(wire) + window_size;
     return UCS_OK;
 }
@@ -490,9 +517,8 @@ ucs_status_t uct_remapring_ring_writer_send(uct_remapring_ring_writer_t *writer,
     }
 
     offset = writer->tail;
-    size   = uct_remapring_ring_record_size(writer->payload_offset, length);
+    size   = uct_remapring_ring_record_size(&writer->layout, offset, length);
     room   = writer->block_size - (offset & (writer->block_size - 1));
-    end    = offset + ((size > room) ? room : 0) + size;
 
     if (size > room) {
         pad.offset         = offset;
@@ -506,8 +532,12 @@ ucs_status_t uct_remapring_ring_writer_send(uct_remapring_ring_writer_t *writer,
         segs[nsegs].length = sizeof(pad);
         ++nsegs;
         offset += room;
+        size     = uct_remapring_ring_record_size(&writer->layout, offset,
+                                                  length);
         writer->stats.npads++;
     }
+
+    end = offset + size;
 
     hdr.offset         = offset;
     hdr.length         = (uint32_t)length;
@@ -520,7 +550,7 @@ ucs_status_t uct_remapring_ring_writer_send(uct_remapring_ring_writer_t *writer,
     segs[nsegs].length = sizeof(hdr);
     ++nsegs;
 
-    pos = offset + writer->payload_offset;
+    pos = uct_remapring_ring_payload_pos(&writer->layout, offset);
     for (i = 0; i < iovcnt; ++i) {
         if (iov[i].iov_len == 0) {
             continue;

@@ -18,11 +18,17 @@
  *
  * Records: start on 64-byte boundaries, never cross a slot. A record is a
  * header (uct_remapring_ring_hdr_t), headroom the writer never writes (the
- * receiver puts its descriptor there), then the payload at payload_offset;
- * its size is align64(payload_offset + length). A record that would cross a
- * slot is preceded by a PAD record covering the rest of the slot. Every
- * header is stamped with its own ring offset: a header whose stamp differs
- * from where it was read is not a record of this lap, and is never followed.
+ * receiver puts its descriptor there), then the payload; it ends at the next
+ * 64-byte boundary after the payload. The payload starts payload_offset
+ * bytes into the record, or further, at the first position p with
+ * (p + align_offset) % align == 0 (the receiver's AM alignment; align is a
+ * power of two of at most a page, and blocks are page aligned in the CPU
+ * view, so the ring offset decides the CPU address's alignment). Writer and
+ * reader compute the position from the same layout
+ * (uct_remapring_ring_payload_pos). A record that would cross a slot is
+ * preceded by a PAD record covering the rest of the slot. Every header is
+ * stamped with its own ring offset: a header whose stamp differs from where
+ * it was read is not a record of this lap, and is never followed.
  *
  * Control words (uct_remapring_ring_ctl_t, shared by both sides, one cache
  * line each):
@@ -104,8 +110,20 @@ typedef struct uct_remapring_ring_info {
     uint32_t block_size; /* B */
     uint32_t nslots;
     uint32_t headroom; /* bytes between header and payload, at least */
+    uint32_t align; /* payload alignment, a power of two <= page */
+    uint32_t align_offset; /* payload + align_offset is aligned */
     uint32_t reserved;
 } uct_remapring_ring_info_t;
+
+
+/**
+ * Where payloads go in records; both sides compute it from ring info.
+ */
+typedef struct uct_remapring_ring_layout {
+    uint32_t payload_offset; /* header and headroom, 16-byte aligned */
+    uint32_t align; /* see uct_remapring_ring_info_t */
+    uint32_t align_offset;
+} uct_remapring_ring_layout_t;
 
 
 /**
@@ -174,24 +192,76 @@ static inline uint32_t uct_remapring_ring_payload_offset(uint32_t headroom)
 
 
 /**
- * Bytes a record with @a length payload bytes takes in the ring. Either side.
+ * Layout of a ring with this headroom and payload alignment. Either side.
+ */
+static inline void
+uct_remapring_ring_layout_init(uct_remapring_ring_layout_t *layout,
+                               uint32_t headroom, uint32_t align,
+                               uint32_t align_offset)
+{
+    layout->payload_offset = uct_remapring_ring_payload_offset(headroom);
+    layout->align          = align;
+    layout->align_offset   = align_offset;
+}
+
+
+/**
+ * Ring offset of the payload of a record that starts at @a offset. Either
+ * side.
  */
 static inline uint64_t
-uct_remapring_ring_record_size(uint32_t payload_offset, uint64_t length)
+uct_remapring_ring_payload_pos(const uct_remapring_ring_layout_t *layout,
+                               uint64_t offset)
 {
-    return (payload_offset + length + UCT_REMAPRING_RING_ALIGN - 1) &
+    uint64_t pos = offset + layout->payload_offset;
+
+    if (layout->align == 1) {
+        return pos;
+    }
+
+    return ((pos + layout->align_offset + layout->align - 1) &
+            ~(uint64_t)(layout->align - 1)) -
+           layout->align_offset;
+}
+
+
+/**
+ * Bytes a record with @a length payload bytes takes in the ring when it
+ * starts at @a offset. Either side.
+ */
+static inline uint64_t
+uct_remapring_ring_record_size(const uct_remapring_ring_layout_t *layout,
+                               uint64_t offset, uint64_t length)
+{
+    return ((uct_remapring_ring_payload_pos(layout, offset) - offset) +
+            length + UCT_REMAPRING_RING_ALIGN - 1) &
            ~(uint64_t)(UCT_REMAPRING_RING_ALIGN - 1);
 }
 
 
 /**
- * Largest payload a ring with this block size and headroom carries.
+ * Largest payload a ring with this block size and layout carries: what fits
+ * in a slot after the longest prefix the alignment may ask for.
  */
 static inline size_t
-uct_remapring_ring_max_payload(size_t block_size, uint32_t headroom)
+uct_remapring_ring_max_payload(size_t block_size,
+                               const uct_remapring_ring_layout_t *layout)
 {
-    return block_size - uct_remapring_ring_payload_offset(headroom);
+    size_t pad = layout->align - 1;
+
+    return block_size - layout->payload_offset - pad;
 }
+
+
+/**
+ * Whether a ring geometry is valid: B a power of two of at least a page,
+ * nslots a power of two of at least 2, the alignment a power of two of at
+ * most a page with the offset below it, and room for a payload of at least
+ * half a block. Either side.
+ */
+int uct_remapring_ring_geometry_valid(size_t block_size, unsigned nslots,
+                                      uint32_t headroom, uint32_t align,
+                                      uint32_t align_offset);
 
 
 /* ------------------------------------------------------------------------ */
@@ -204,6 +274,8 @@ uct_remapring_ring_max_payload(size_t block_size, uint32_t headroom)
 typedef struct uct_remapring_ring_params {
     unsigned nslots; /* power of two, >= 2 */
     unsigned headroom; /* room before the payload for descriptors */
+    unsigned align; /* payload alignment (1: none) */
+    unsigned align_offset; /* see uct_remapring_ring_info_t */
     unsigned credit_batch; /* slots credited per released_head update */
     uint32_t *shared_slots; /* NULL, or nslots words the writer reads: a
                                mirror of the slot table (shm wire) */
@@ -256,7 +328,7 @@ struct uct_remapring_ring {
     unsigned nslots;
     size_t window_size;
     uint32_t headroom;
-    uint32_t payload_offset;
+    uct_remapring_ring_layout_t layout;
     uint64_t credit_batch; /* in bytes */
     uint64_t head; /* next record to read */
     uint64_t tail; /* last tail loaded */
@@ -270,7 +342,8 @@ struct uct_remapring_ring {
 
 
 /**
- * Defaults: 16 slots, 256 bytes of headroom, credit batch of 4 slots.
+ * Defaults: 16 slots, 256 bytes of headroom, no alignment, credit batch of 4
+ * slots.
  */
 void uct_remapring_ring_params_default(uct_remapring_ring_params_t *params);
 
@@ -376,7 +449,7 @@ typedef struct uct_remapring_ring_writer {
     uint64_t limit; /* released_head + W */
     size_t block_size;
     size_t window_size;
-    uint32_t payload_offset;
+    uct_remapring_ring_layout_t layout;
     uint32_t max_payload;
     uct_remapring_ring_writer_stats_t stats;
 } uct_remapring_ring_writer_t;
@@ -418,12 +491,19 @@ static inline int
 uct_remapring_ring_writer_has_credit(const uct_remapring_ring_writer_t *writer,
                                      size_t length)
 {
-    uint64_t size = uct_remapring_ring_record_size(writer->payload_offset,
-                                                   length);
+    uint64_t size = uct_remapring_ring_record_size(&writer->layout,
+                                                   writer->tail, length);
     uint64_t room = writer->block_size -
                     (writer->tail & (writer->block_size - 1));
 
-    return writer->tail + ((size > room) ? room : 0) + size <= writer->limit;
+    if (size > room) {
+        /* a PAD to the slot's end, then the record at the next slot */
+        size = room + uct_remapring_ring_record_size(&writer->layout,
+                                                     writer->tail + room,
+                                                     length);
+    }
+
+    return writer->tail + size <= writer->limit;
 }
 
 

@@ -1,0 +1,403 @@
+/**
+ * Copyright (c) remapring contributors. See file LICENSE for terms.
+ */
+
+#ifdef HAVE_CONFIG_H
+#include "config.h"
+#endif
+
+#ifndef _GNU_SOURCE
+#define _GNU_SOURCE
+#endif
+
+#include "remapring_conn.h"
+
+#include <ucs/arch/bitops.h>
+#include <ucs/debug/log.h>
+#include <ucs/sys/string.h>
+#include <ucs/sys/sys.h>
+
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <poll.h>
+#include <signal.h>
+#include <sys/epoll.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+
+/* Most exits taken from the epoll set per poll; the rest wait for the
+ * next one */
+#define UCT_REMAPRING_WATCH_BATCH 16
+
+
+ucs_status_t uct_remapring_watch_init(uct_remapring_watch_t *watch)
+{
+    watch->epfd = epoll_create1(EPOLL_CLOEXEC);
+    if (watch->epfd < 0) {
+        ucs_error("remapring: epoll_create1() failed: %m");
+        return UCS_ERR_IO_ERROR;
+    }
+
+    ucs_list_head_init(&watch->by_pid);
+    return UCS_OK;
+}
+
+void uct_remapring_watch_cleanup(uct_remapring_watch_t *watch)
+{
+    close(watch->epfd);
+}
+
+void uct_remapring_watch_poll(uct_remapring_watch_t *watch)
+{
+    struct epoll_event events[UCT_REMAPRING_WATCH_BATCH];
+    uct_remapring_proc_t *proc, *tmp;
+    int i, n;
+
+    /* a pidfd reads ready once its process exited, and stays so */
+    n = epoll_wait(watch->epfd, events, UCT_REMAPRING_WATCH_BATCH, 0);
+    for (i = 0; i < n; ++i) {
+        proc = events[i].data.ptr;
+        proc->exit_cb(proc);
+    }
+
+    ucs_list_for_each_safe(proc, tmp, &watch->by_pid, list) {
+        if (uct_remapring_proc_exited(proc)) {
+            proc->exit_cb(proc);
+        }
+    }
+}
+
+ucs_status_t uct_remapring_proc_open(uct_remapring_watch_t *watch, pid_t pid,
+                                     uct_remapring_proc_exit_cb_t exit_cb,
+                                     uct_remapring_proc_t *proc)
+{
+    struct epoll_event event;
+
+    proc->pid        = pid;
+    proc->exit_cb    = exit_cb;
+    proc->start_time = 0;
+    proc->pidfd      = syscall(SYS_pidfd_open, pid, 0);
+    if (proc->pidfd >= 0) {
+        event.events   = EPOLLIN;
+        event.data.ptr = proc;
+        if (epoll_ctl(watch->epfd, EPOLL_CTL_ADD, proc->pidfd, &event) == 0) {
+            return UCS_OK;
+        }
+
+        ucs_debug("remapring: epoll_ctl(pidfd of pid %d) failed: %m", pid);
+        close(proc->pidfd);
+        proc->pidfd = -1;
+    } else if (errno == ESRCH) {
+        return UCS_ERR_UNREACHABLE;
+    }
+
+    /* no pidfd_open (Linux before 5.3, seccomp, valgrind): watch the pid,
+     * and its start time to tell a reused pid */
+    proc->start_time = ucs_sys_get_proc_create_time(pid);
+    if (proc->start_time == 0) {
+        return UCS_ERR_UNREACHABLE;
+    }
+
+    ucs_list_add_tail(&watch->by_pid, &proc->list);
+    return UCS_OK;
+}
+
+int uct_remapring_proc_exited(const uct_remapring_proc_t *proc)
+{
+    struct pollfd pfd;
+
+    if (proc->pidfd >= 0) {
+        pfd.fd      = proc->pidfd;
+        pfd.events  = POLLIN;
+        pfd.revents = 0;
+        return (poll(&pfd, 1, 0) == 1) && (pfd.revents & POLLIN);
+    }
+
+    return ((kill(proc->pid, 0) < 0) && (errno == ESRCH)) ||
+           (ucs_sys_get_proc_create_time(proc->pid) != proc->start_time);
+}
+
+void uct_remapring_proc_close(uct_remapring_watch_t *watch,
+                              uct_remapring_proc_t *proc)
+{
+    if (proc->pidfd >= 0) {
+        /* explicitly: a fork child's copy of the pidfd would keep it in the
+         * epoll set after close() */
+        epoll_ctl(watch->epfd, EPOLL_CTL_DEL, proc->pidfd, NULL);
+        close(proc->pidfd);
+        proc->pidfd = -1;
+    } else if (proc->start_time != 0) {
+        ucs_list_del(&proc->list);
+        proc->start_time = 0;
+    }
+}
+
+
+ucs_status_t uct_remapring_ctl_create(const uct_remapring_ctl_params_t *params,
+                                      uct_remapring_ctl_area_t *area)
+{
+    uct_remapring_ctl_t *ctl;
+    char name[64];
+    size_t size;
+    int fd;
+
+    size = ucs_align_up_pow2(uct_remapring_ctl_size(params->max_peers,
+                                                    params->ring_slots),
+                             ucs_get_page_size());
+    ucs_snprintf_zero(name, sizeof(name), "remapring-ctl-%d", getpid());
+    /* senders open it through /proc/<pid>/fd/<fd>, CLOEXEC does not matter */
+    fd = memfd_create(name, MFD_CLOEXEC);
+    if (fd < 0) {
+        ucs_error("remapring: memfd_create(%s) failed: %m", name);
+        return UCS_ERR_IO_ERROR;
+    }
+
+    if (ftruncate(fd, size) != 0) {
+        ucs_error("remapring: ftruncate(%s, %zu) failed: %m", name, size);
+        goto err_close;
+    }
+
+    ctl = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    if (ctl == MAP_FAILED) {
+        ucs_error("remapring: mmap(%s, %zu) failed: %m", name, size);
+        goto err_close;
+    }
+
+    /* a new memfd reads as zeros: every connection is FREE */
+    ctl->version     = UCT_REMAPRING_CTL_VERSION;
+    ctl->max_peers   = params->max_peers;
+    ctl->iface_id    = params->iface_id;
+    ctl->owner_pid   = getpid();
+    ctl->block_size  = params->block_size;
+    ctl->pool_fd     = params->pool_fd;
+    ctl->pool_blocks = params->pool_blocks;
+    ctl->ring_slots  = params->ring_slots;
+    ctl->state       = UCT_REMAPRING_CTL_OPEN;
+    __atomic_store_n(&ctl->magic, UCT_REMAPRING_CTL_MAGIC, __ATOMIC_RELEASE);
+
+    area->fd         = fd;
+    area->ctl        = ctl;
+    area->size       = size;
+    area->conns      = uct_remapring_ctl_conns(ctl);
+    area->max_peers  = params->max_peers;
+    area->ring_slots = params->ring_slots;
+    return UCS_OK;
+
+err_close:
+    close(fd);
+    return UCS_ERR_IO_ERROR;
+}
+
+void uct_remapring_ctl_destroy(uct_remapring_ctl_area_t *area)
+{
+    __atomic_store_n(&area->ctl->state, UCT_REMAPRING_CTL_CLOSED,
+                     __ATOMIC_RELEASE);
+    munmap(area->ctl, area->size);
+    close(area->fd);
+}
+
+void uct_remapring_ctl_doorbells(uct_remapring_ctl_area_t *area,
+                                 void (*cb)(void *arg, unsigned index),
+                                 void *arg)
+{
+    uct_remapring_ctl_t *ctl = area->ctl;
+    uint64_t summary, word;
+    unsigned w, b;
+
+    if (ucs_likely(__atomic_load_n(&ctl->summary, __ATOMIC_RELAXED) == 0)) {
+        return;
+    }
+
+    summary = __atomic_exchange_n(&ctl->summary, 0, __ATOMIC_ACQUIRE);
+    ucs_for_each_bit(w, summary) {
+        if (w * 64 >= area->max_peers) {
+            continue; /* a sender set a bit of no connection */
+        }
+
+        word = __atomic_exchange_n(&ctl->active[w], 0, __ATOMIC_ACQUIRE);
+        ucs_for_each_bit(b, word) {
+            if ((w * 64) + b < area->max_peers) {
+                cb(arg, (w * 64) + b);
+            }
+        }
+    }
+}
+
+void uct_remapring_ctl_release(uct_remapring_ctl_area_t *area, unsigned index)
+{
+    area->conns[index].armed = 0;
+    uct_remapring_conn_set_state(&area->conns[index], UCT_REMAPRING_CONN_FREE);
+}
+
+
+/* Check the header of a control area mapped from @a path */
+static int uct_remapring_remote_valid(const uct_remapring_ctl_t *ctl,
+                                      size_t size,
+                                      const uct_remapring_iface_addr_t *addr)
+{
+    return (__atomic_load_n(&ctl->magic, __ATOMIC_ACQUIRE) ==
+            UCT_REMAPRING_CTL_MAGIC) &&
+           (ctl->version == UCT_REMAPRING_CTL_VERSION) &&
+           (ctl->iface_id == addr->iface_id) &&
+           (ctl->owner_pid == addr->pid) && (ctl->max_peers > 0) &&
+           (ctl->max_peers <= UCT_REMAPRING_MAX_PEERS) &&
+           (ctl->ring_slots >= 2) && ucs_is_pow2(ctl->ring_slots) &&
+           (uct_remapring_ctl_size(ctl->max_peers, ctl->ring_slots) <= size);
+}
+
+ucs_status_t uct_remapring_remote_attach(const uct_remapring_iface_addr_t *addr,
+                                         uct_remapring_watch_t *watch,
+                                         uct_remapring_proc_exit_cb_t exit_cb,
+                                         uct_remapring_remote_t *remote)
+{
+    struct stat st;
+    char path[64];
+    void *ctl;
+    int fd;
+
+    if (uct_remapring_proc_open(watch, addr->pid, exit_cb, &remote->proc) !=
+        UCS_OK) {
+        ucs_error("remapring: peer pid %d is not running", addr->pid);
+        return UCS_ERR_UNREACHABLE;
+    }
+
+    ucs_snprintf_zero(path, sizeof(path), "/proc/%d/fd/%d", addr->pid,
+                      addr->ctl_fd);
+    fd = open(path, O_RDWR | O_CLOEXEC);
+    if (fd < 0) {
+        ucs_error("remapring: cannot open peer control area %s: %m", path);
+        goto err_proc;
+    }
+
+    if ((fstat(fd, &st) != 0) ||
+        (st.st_size < (off_t)uct_remapring_ctl_size(1, 2))) {
+        ucs_error("remapring: %s is not a remapring control area", path);
+        goto err_close;
+    }
+
+    ctl = mmap(NULL, st.st_size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    if (ctl == MAP_FAILED) {
+        ucs_error("remapring: mmap(%s, %zu) failed: %m", path,
+                  (size_t)st.st_size);
+        goto err_close;
+    }
+
+    close(fd);
+    if (!uct_remapring_remote_valid(ctl, st.st_size, addr)) {
+        ucs_error("remapring: %s does not hold the control area of iface"
+                  " 0x%" PRIx64 " of pid %d",
+                  path, addr->iface_id, addr->pid);
+        munmap(ctl, st.st_size);
+        goto err_proc;
+    }
+
+    remote->ctl      = ctl;
+    remote->ctl_size = st.st_size;
+    remote->iface_id = addr->iface_id;
+    remote->conn     = NULL;
+    remote->index    = 0;
+    return UCS_OK;
+
+err_close:
+    close(fd);
+err_proc:
+    uct_remapring_proc_close(watch, &remote->proc);
+    return UCS_ERR_UNREACHABLE;
+}
+
+ucs_status_t uct_remapring_remote_claim(uct_remapring_remote_t *remote,
+                                        uint64_t sender_id,
+                                        uct_remapring_wire_type_t wire)
+{
+    uct_remapring_conn_t *conns = uct_remapring_ctl_conns(remote->ctl);
+    unsigned index;
+    uint32_t state;
+
+    for (index = 0; index < remote->ctl->max_peers; ++index) {
+        state = UCT_REMAPRING_CONN_FREE;
+        if (__atomic_compare_exchange_n(&conns[index].state, &state,
+                                        UCT_REMAPRING_CONN_CLAIMED, 0,
+                                        __ATOMIC_ACQ_REL, __ATOMIC_RELAXED)) {
+            break;
+        }
+    }
+
+    if (index == remote->ctl->max_peers) {
+        ucs_error("remapring: pid %d accepts no more senders (%u connected,"
+                  " see UCX_REMAPRING_MAX_PEERS)",
+                  remote->proc.pid, remote->ctl->max_peers);
+        return UCS_ERR_EXCEEDS_LIMIT;
+    }
+
+    remote->conn             = &conns[index];
+    remote->index            = index;
+    remote->conn->sender_pid = getpid();
+    remote->conn->sender_id  = sender_id;
+    remote->conn->wire       = wire;
+    /* the state word is already CLAIMED: the receiver reads pid and wire
+     * after the doorbell, which the release below orders after them */
+    __atomic_store_n(&remote->conn->armed, 1, __ATOMIC_RELEASE);
+    uct_remapring_remote_ring_bell(remote);
+    return UCS_OK;
+}
+
+ucs_status_t uct_remapring_remote_state(const uct_remapring_remote_t *remote,
+                                        const char **reason_p)
+{
+    if (__atomic_load_n(&remote->ctl->state, __ATOMIC_ACQUIRE) !=
+        UCT_REMAPRING_CTL_OPEN) {
+        *reason_p = "the receiving interface was closed";
+        return UCS_ERR_CONNECTION_RESET;
+    }
+
+    switch (uct_remapring_conn_state(remote->conn)) {
+    case UCT_REMAPRING_CONN_CLAIMED:
+        return UCS_INPROGRESS;
+    case UCT_REMAPRING_CONN_READY:
+        return UCS_OK;
+    case UCT_REMAPRING_CONN_FAILED:
+        *reason_p = "the receiver refused or failed the connection";
+        return UCS_ERR_CONNECTION_RESET;
+    default:
+        /* FREE or CLOSED: the receiver took the slot back */
+        *reason_p = "the receiver released the connection";
+        return UCS_ERR_CONNECTION_RESET;
+    }
+}
+
+/* CLAIMED, READY or FAILED -> CLOSED; a slot the receiver already took back
+ * (FREE, and perhaps claimed by another sender since) is left alone */
+static int uct_remapring_remote_close(uct_remapring_conn_t *conn)
+{
+    uint32_t state = uct_remapring_conn_state(conn);
+
+    while ((state == UCT_REMAPRING_CONN_CLAIMED) ||
+           (state == UCT_REMAPRING_CONN_READY) ||
+           (state == UCT_REMAPRING_CONN_FAILED)) {
+        if (__atomic_compare_exchange_n(&conn->state, &state,
+                                        UCT_REMAPRING_CONN_CLOSED, 0,
+                                        __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE)) {
+            return 1;
+        }
+    }
+
+    return 0;
+}
+
+void uct_remapring_remote_detach(uct_remapring_remote_t *remote,
+                                 uct_remapring_watch_t *watch)
+{
+    if ((remote->conn != NULL) && uct_remapring_remote_close(remote->conn)) {
+        /* the receiver drains what we published, then frees the slot */
+        __atomic_store_n(&remote->conn->armed, 1, __ATOMIC_RELAXED);
+        uct_remapring_remote_ring_bell(remote);
+    }
+    remote->conn = NULL;
+
+    munmap(remote->ctl, remote->ctl_size);
+    uct_remapring_proc_close(watch, &remote->proc);
+}

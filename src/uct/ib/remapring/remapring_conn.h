@@ -1,0 +1,458 @@
+/**
+ * Copyright (c) remapring contributors. See file LICENSE for terms.
+ */
+
+#ifndef UCT_REMAPRING_CONN_H_
+#define UCT_REMAPRING_CONN_H_
+
+/*
+ * The connection protocol between sending interfaces and a receiving
+ * interface on one host.
+ *
+ * Control area: a memfd of the receiver that senders map through
+ * /proc/<pid>/fd/<n>; the receiver's interface address names pid, fd and a
+ * random interface id (pids and fd numbers are reused). It holds a header
+ * (uct_remapring_ctl_t), the doorbell bits, one connection slot per sender
+ * (uct_remapring_conn_t, with the ring's control words) and one slot table
+ * per connection: the mirror of the ring's slot -> pool block map that the
+ * shm wire writes through, as a NIC follows its page table.
+ *
+ * A connection joins one sending interface to one receiving interface; all
+ * endpoints from that sender to that receiver share it. Its state word:
+ *   FREE    -> CLAIMED  sender, compare-and-swap, then it fills in its pid,
+ *                       id and wire and rings the doorbell
+ *   CLAIMED -> READY    receiver, once the ring is made (ring words valid)
+ *   any     -> CLOSED   sender, when its last endpoint goes; the receiver
+ *                       drains what was published, then frees the slot
+ *   CLAIMED, READY -> FAILED  receiver: the sender was refused (no room,
+ *                       gone) or its ring went bad; the sender fails
+ *   CLOSED, FAILED -> FREE    receiver, once it let go of the ring
+ * A sender reads the state and the header's state (OPEN -> CLOSED when the
+ * receiving interface closes, though its process may live on): anything but
+ * READY or CLAIMED under an OPEN header is a failed connection.
+ *
+ * Doorbells: a receiver that found a ring empty arms its connection, fences,
+ * and looks at the ring once more; a sender that published fences, and if
+ * it finds the connection armed, disarms it (exchange), sets its bit in
+ * active[] and then the word's bit in summary. The fences on both sides
+ * order each one's store before its load, so a record published while the
+ * receiver was arming is seen by one of the two looks. The receiver takes
+ * summary, then each flagged word (exchange), and wakes those connections:
+ * progress costs O(active senders).
+ *
+ * Liveness: another process is watched through a pidfd, which also sees a
+ * zombie as gone, or by its pid where pidfd_open is unavailable (Linux
+ * before 5.3, seccomp filters, valgrind).
+ */
+
+#include <uct/ib/remapring/ring.h>
+
+#include <ucs/datastruct/list.h>
+#include <ucs/sys/compiler_def.h>
+#include <ucs/sys/math.h>
+#include <ucs/type/status.h>
+
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+
+#define UCT_REMAPRING_CTL_MAGIC   0x6c74636972616d72ull /* "rmaric tl" */
+#define UCT_REMAPRING_CTL_VERSION 3
+#define UCT_REMAPRING_MAX_PEERS   4096 /* largest MAX_PEERS */
+
+
+/**
+ * How a sender puts records into a receiver's ring.
+ */
+typedef enum {
+    UCT_REMAPRING_WIRE_SHM, /* stores into the receiver's mapped pool */
+    UCT_REMAPRING_WIRE_CMA, /* process_vm_writev into its ring view */
+    UCT_REMAPRING_WIRE_LAST
+} uct_remapring_wire_type_t;
+
+
+/**
+ * State of a connection slot; see the top of this file.
+ */
+typedef enum {
+    UCT_REMAPRING_CONN_FREE    = 0,
+    UCT_REMAPRING_CONN_CLAIMED = 1,
+    UCT_REMAPRING_CONN_READY   = 2,
+    UCT_REMAPRING_CONN_CLOSED  = 3,
+    UCT_REMAPRING_CONN_FAILED  = 4
+} uct_remapring_conn_state_t;
+
+
+/**
+ * State of a receiving interface, in its control area's header.
+ */
+typedef enum {
+    UCT_REMAPRING_CTL_OPEN   = 1,
+    UCT_REMAPRING_CTL_CLOSED = 2
+} uct_remapring_ctl_state_t;
+
+
+/**
+ * One connection slot in the receiver's control area.
+ */
+typedef struct uct_remapring_conn {
+    uint32_t                 state      UCS_V_ALIGNED(64); /* both sides */
+    int32_t                  sender_pid;                   /* sender */
+    uint64_t                 sender_id;                    /* sender */
+    uint32_t                 wire;     /* sender: uct_remapring_wire_type_t */
+    uint32_t                 armed      UCS_V_ALIGNED(64); /* receiver */
+    uct_remapring_ring_ctl_t ring;
+} UCS_V_ALIGNED(64) uct_remapring_conn_t;
+
+
+/**
+ * Header of the receiver's control area, then max_peers doorbell bits,
+ * max_peers connections and max_peers slot tables of ring_slots words.
+ */
+typedef struct uct_remapring_ctl {
+    uint64_t magic;
+    uint32_t version;
+    uint32_t max_peers;
+    uint64_t iface_id;
+    int32_t  owner_pid;
+    uint32_t block_size;
+    int32_t  pool_fd;     /* pool memfd: /proc/<owner_pid>/fd/<pool_fd> */
+    uint32_t pool_blocks; /* largest number of blocks of the pool */
+    uint32_t ring_slots;  /* slots per ring, words per slot table */
+    uint32_t state;       /* uct_remapring_ctl_state_t */
+    uint64_t summary UCS_V_ALIGNED(64);
+    uint64_t active[0] UCS_V_ALIGNED(64);
+} uct_remapring_ctl_t;
+
+
+/**
+ * Interface address: where a sender finds the receiver's control area.
+ */
+typedef struct uct_remapring_iface_addr {
+    int32_t  pid;        /* receiver */
+    int32_t  ctl_fd;     /* its control memfd: /proc/<pid>/fd/<ctl_fd> */
+    uint64_t iface_id;   /* guards against pid and fd reuse */
+    uint64_t pid_ns;     /* pid namespace of @a pid */
+    uint32_t max_payload; /* largest payload the receiver's rings take */
+} UCS_S_PACKED uct_remapring_iface_addr_t;
+
+
+typedef struct uct_remapring_proc uct_remapring_proc_t;
+
+
+/** Called from uct_remapring_watch_poll() for a process that exited */
+typedef void (*uct_remapring_proc_exit_cb_t)(uct_remapring_proc_t *proc);
+
+
+/**
+ * Another process, watched for its exit; embedded in its owner's state.
+ */
+struct uct_remapring_proc {
+    pid_t                        pid;
+    int                          pidfd;      /* or -1: by pid alone */
+    unsigned long                start_time; /* without pidfd: pid reuse */
+    uct_remapring_proc_exit_cb_t exit_cb;    /* or NULL: not in a watch */
+    ucs_list_link_t              list;       /* without pidfd, in watch */
+};
+
+
+/**
+ * The processes one interface watches: their pidfds in one epoll set, so
+ * that one system call tells whether any of them exited.
+ */
+typedef struct uct_remapring_watch {
+    int             epfd;
+    ucs_list_link_t by_pid; /* watched without pidfd */
+} uct_remapring_watch_t;
+
+
+/**
+ * The receiver's own control area.
+ */
+typedef struct uct_remapring_ctl_area {
+    int                  fd;
+    uct_remapring_ctl_t  *ctl;
+    size_t               size;
+    uct_remapring_conn_t *conns;      /* [max_peers] */
+    unsigned             max_peers;
+    unsigned             ring_slots;
+} uct_remapring_ctl_area_t;
+
+
+/**
+ * A receiver's control area as one sender sees it, and its connection in it.
+ */
+typedef struct uct_remapring_remote {
+    uct_remapring_proc_t proc;        /* the receiver process */
+    uct_remapring_ctl_t  *ctl;        /* mapped here */
+    size_t               ctl_size;
+    uint64_t             iface_id;
+    uct_remapring_conn_t *conn;       /* ours, once claimed */
+    unsigned             index;       /* of @a conn */
+} uct_remapring_remote_t;
+
+
+/* ------------------------------------------------------------------------ */
+/* Layout                                                                   */
+/* ------------------------------------------------------------------------ */
+
+/**
+ * Offset of the connection array in a control area of @a max_peers.
+ */
+static inline size_t uct_remapring_ctl_conns_offset(unsigned max_peers)
+{
+    return ucs_offsetof(uct_remapring_ctl_t, active) +
+           ucs_align_up(ucs_div_round_up(max_peers, 64) * sizeof(uint64_t),
+                        64);
+}
+
+
+/**
+ * Bytes of one connection's slot table of @a ring_slots entries.
+ */
+static inline size_t uct_remapring_ctl_table_size(unsigned ring_slots)
+{
+    return ucs_align_up((size_t)ring_slots * sizeof(uint32_t), 64);
+}
+
+
+/**
+ * Offset of the slot tables in a control area of @a max_peers.
+ */
+static inline size_t uct_remapring_ctl_tables_offset(unsigned max_peers)
+{
+    return uct_remapring_ctl_conns_offset(max_peers) +
+           ((size_t)max_peers * sizeof(uct_remapring_conn_t));
+}
+
+
+/**
+ * Size of a control area for @a max_peers connections of @a ring_slots.
+ */
+static inline size_t
+uct_remapring_ctl_size(unsigned max_peers, unsigned ring_slots)
+{
+    return uct_remapring_ctl_tables_offset(max_peers) +
+           ((size_t)max_peers * uct_remapring_ctl_table_size(ring_slots));
+}
+
+
+/**
+ * Connection array of a control area.
+ */
+static inline uct_remapring_conn_t *
+uct_remapring_ctl_conns(uct_remapring_ctl_t *ctl)
+{
+    return (uct_remapring_conn_t*)UCS_PTR_BYTE_OFFSET(
+            ctl, uct_remapring_ctl_conns_offset(ctl->max_peers));
+}
+
+
+/**
+ * Slot table of connection @a index of a control area.
+ */
+static inline uint32_t *
+uct_remapring_ctl_slot_table(uct_remapring_ctl_t *ctl, unsigned index)
+{
+    return (uint32_t*)UCS_PTR_BYTE_OFFSET(
+            ctl, uct_remapring_ctl_tables_offset(ctl->max_peers) +
+                         (index * uct_remapring_ctl_table_size(
+                                          ctl->ring_slots)));
+}
+
+
+/**
+ * State of a connection slot (acquire: what its owner wrote before is seen).
+ */
+static inline uct_remapring_conn_state_t
+uct_remapring_conn_state(const uct_remapring_conn_t *conn)
+{
+    return (uct_remapring_conn_state_t)__atomic_load_n(&conn->state,
+                                                       __ATOMIC_ACQUIRE);
+}
+
+
+/**
+ * Move a connection slot to @a state (release).
+ */
+static inline void uct_remapring_conn_set_state(uct_remapring_conn_t *conn,
+                                                uct_remapring_conn_state_t state)
+{
+    __atomic_store_n(&conn->state, state, __ATOMIC_RELEASE);
+}
+
+
+/* ------------------------------------------------------------------------ */
+/* Liveness                                                                 */
+/* ------------------------------------------------------------------------ */
+
+/**
+ * Make an empty watch.
+ */
+ucs_status_t uct_remapring_watch_init(uct_remapring_watch_t *watch);
+
+
+/**
+ * Free a watch; every process must have been closed.
+ */
+void uct_remapring_watch_cleanup(uct_remapring_watch_t *watch);
+
+
+/**
+ * Call the exit callback of every watched process that exited. A callback
+ * may close its own process, and no other.
+ */
+void uct_remapring_watch_poll(uct_remapring_watch_t *watch);
+
+
+/**
+ * Start watching process @a pid; @a exit_cb is called from
+ * uct_remapring_watch_poll() once it exited, until the process is closed.
+ *
+ * @return UCS_OK, or UCS_ERR_UNREACHABLE if it does not exist (not logged).
+ */
+ucs_status_t uct_remapring_proc_open(uct_remapring_watch_t *watch, pid_t pid,
+                                     uct_remapring_proc_exit_cb_t exit_cb,
+                                     uct_remapring_proc_t *proc);
+
+
+/**
+ * Whether the process exited (a zombie counts, where a pidfd watches it; a
+ * reused pid counts, where the pid alone is watched).
+ */
+int uct_remapring_proc_exited(const uct_remapring_proc_t *proc);
+
+
+/**
+ * Stop watching.
+ */
+void uct_remapring_proc_close(uct_remapring_watch_t *watch,
+                              uct_remapring_proc_t *proc);
+
+
+/* ------------------------------------------------------------------------ */
+/* Receiver                                                                 */
+/* ------------------------------------------------------------------------ */
+
+/**
+ * Receiver control area parameters.
+ */
+typedef struct uct_remapring_ctl_params {
+    unsigned max_peers;
+    unsigned ring_slots;
+    uint64_t iface_id;
+    uint32_t block_size;
+    int      pool_fd;
+    uint32_t pool_blocks;
+} uct_remapring_ctl_params_t;
+
+
+/**
+ * Make the control area: a memfd, mapped here, its header filled in, every
+ * connection FREE, the header OPEN.
+ */
+ucs_status_t uct_remapring_ctl_create(const uct_remapring_ctl_params_t *params,
+                                      uct_remapring_ctl_area_t *area);
+
+
+/**
+ * Mark the area CLOSED, so that every sender sees this interface gone, and
+ * unmap and close it. Senders keep their own mappings until they let go.
+ */
+void uct_remapring_ctl_destroy(uct_remapring_ctl_area_t *area);
+
+
+/**
+ * Take the doorbells rung since the last call and call @a cb with each
+ * connection index that rang (every index below max_peers).
+ */
+void uct_remapring_ctl_doorbells(uct_remapring_ctl_area_t *area,
+                                 void (*cb)(void *arg, unsigned index),
+                                 void *arg);
+
+
+/**
+ * Arm connection @a index's doorbell and fence; then the caller looks at its
+ * ring once more, and if the ring is still empty it may stop polling it.
+ */
+static inline void uct_remapring_ctl_arm(uct_remapring_ctl_area_t *area,
+                                         unsigned index)
+{
+    __atomic_store_n(&area->conns[index].armed, 1, __ATOMIC_RELAXED);
+    __atomic_thread_fence(__ATOMIC_SEQ_CST);
+}
+
+
+/**
+ * Give connection @a index back: disarmed and FREE, for a new sender.
+ */
+void uct_remapring_ctl_release(uct_remapring_ctl_area_t *area, unsigned index);
+
+
+/* ------------------------------------------------------------------------ */
+/* Sender                                                                   */
+/* ------------------------------------------------------------------------ */
+
+/**
+ * Map the control area the address names and check that it is that
+ * interface's; start watching the receiver process in @a watch.
+ *
+ * @return UCS_OK, or UCS_ERR_UNREACHABLE (logged).
+ */
+ucs_status_t uct_remapring_remote_attach(const uct_remapring_iface_addr_t *addr,
+                                         uct_remapring_watch_t *watch,
+                                         uct_remapring_proc_exit_cb_t exit_cb,
+                                         uct_remapring_remote_t *remote);
+
+
+/**
+ * Claim a free connection slot for a sender of @a sender_id writing with
+ * @a wire, and ring its doorbell: the receiver makes the ring on its next
+ * progress.
+ *
+ * @return UCS_OK, or UCS_ERR_EXCEEDS_LIMIT (logged) if every slot is taken.
+ */
+ucs_status_t uct_remapring_remote_claim(uct_remapring_remote_t *remote,
+                                        uint64_t sender_id,
+                                        uct_remapring_wire_type_t wire);
+
+
+/**
+ * Where the connection stands, from the shared words alone (no system call):
+ * UCS_OK ready, UCS_INPROGRESS claimed and not yet accepted, or
+ * UCS_ERR_CONNECTION_RESET with @a reason_p set to what the receiver did.
+ */
+ucs_status_t uct_remapring_remote_state(const uct_remapring_remote_t *remote,
+                                        const char **reason_p);
+
+
+/**
+ * Ring the receiver's doorbell if it armed our connection; after a publish.
+ */
+static inline void uct_remapring_remote_ring_bell(uct_remapring_remote_t *remote)
+{
+    uct_remapring_ctl_t *ctl   = remote->ctl;
+    uct_remapring_conn_t *conn = remote->conn;
+    unsigned index             = remote->index;
+
+    __atomic_thread_fence(__ATOMIC_SEQ_CST);
+    if (!__atomic_load_n(&conn->armed, __ATOMIC_RELAXED) ||
+        !__atomic_exchange_n(&conn->armed, 0, __ATOMIC_ACQ_REL)) {
+        return;
+    }
+
+    __atomic_fetch_or(&ctl->active[index / 64], UCS_BIT(index % 64),
+                      __ATOMIC_RELEASE);
+    __atomic_fetch_or(&ctl->summary, UCS_BIT(index / 64), __ATOMIC_RELEASE);
+}
+
+
+/**
+ * Close the connection (CLOSED, and a doorbell so the receiver drains and
+ * frees it), unmap the control area, stop watching the receiver.
+ */
+void uct_remapring_remote_detach(uct_remapring_remote_t *remote,
+                                 uct_remapring_watch_t *watch);
+
+#endif
