@@ -11,7 +11,12 @@
 #include <cstring>
 #include <ctime>
 
+#include <algorithm>
+
+#include <fcntl.h>
+#include <signal.h>
 #include <sys/uio.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 namespace remapring_test {
@@ -330,11 +335,76 @@ void uct_fixture::SetUp()
     }
 }
 
+void uct_fixture::fork_receiver(const config_t &config,
+                                std::vector<char> *addr_p, int *cmd_p)
+{
+    int addr_fds[2], cmd_fds[2];
+
+    ASSERT_EQ(0, pipe(addr_fds));
+    ASSERT_EQ(0, pipe(cmd_fds));
+    pid_t pid = fork();
+    ASSERT_GE(pid, 0);
+    if (pid == 0) {
+        std::unique_ptr<entity> e;
+        close(addr_fds[0]);
+        close(cmd_fds[1]);
+        fcntl(cmd_fds[0], F_SETFL, O_NONBLOCK);
+        if (entity::open(m_component, m_md_name, config, 0, nullptr, nullptr,
+                         &e) != UCS_OK) {
+            _exit(2);
+        }
+        for (uint8_t id = 0; id < UCT_AM_ID_MAX; ++id) {
+            uct_iface_set_am_handler(
+                    e->iface, id,
+                    [](void*, void*, size_t, unsigned) { return UCS_OK; },
+                    NULL, 0);
+        }
+        std::vector<char> addr = e->dev_addr;
+        addr.insert(addr.end(), e->iface_addr.begin(), e->iface_addr.end());
+        if (write(addr_fds[1], addr.data(), addr.size()) !=
+            (ssize_t)addr.size()) {
+            _exit(3);
+        }
+        for (;;) {
+            char c;
+            if ((read(cmd_fds[0], &c, 1) == 1) && (c == 's')) {
+                for (;;) {
+                    pause();
+                }
+            }
+            e->progress();
+        }
+    }
+
+    close(addr_fds[1]);
+    close(cmd_fds[0]);
+    m_children.push_back(pid);
+    addr_p->resize(4096);
+    ssize_t len = read(addr_fds[0], addr_p->data(), addr_p->size());
+    close(addr_fds[0]);
+    ASSERT_GT(len, 0);
+    addr_p->resize(len);
+    *cmd_p = cmd_fds[1];
+}
+
+void uct_fixture::kill_child(pid_t pid)
+{
+    ASSERT_EQ(0, kill(pid, SIGKILL));
+    ASSERT_EQ(pid, waitpid(pid, NULL, 0));
+    m_children.erase(std::find(m_children.begin(), m_children.end(), pid));
+}
+
 void uct_fixture::TearDown()
 {
     while (!m_entities.empty()) {
         m_entities.pop_back();
     }
+
+    for (pid_t pid : m_children) {
+        kill(pid, SIGKILL);
+        waitpid(pid, NULL, 0);
+    }
+    m_children.clear();
 }
 
 ucs_status_t uct_fixture::try_create_entity(const config_t &config,

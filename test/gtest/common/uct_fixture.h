@@ -145,6 +145,19 @@ protected:
     /** Progress every entity once */
     unsigned progress();
 
+    /**
+     * Fork a receiver process: it opens an interface with @a config, an AM
+     * handler for every id that takes each message, writes its device and
+     * interface address (concatenated) to @a addr_p, then progresses until
+     * it reads 's' from the pipe in @a cmd_p (then it only sleeps) or is
+     * killed. Killed at TearDown if still alive.
+     */
+    void fork_receiver(const config_t &config, std::vector<char> *addr_p,
+                       int *cmd_p);
+
+    /** SIGKILL a forked receiver and reap it */
+    void kill_child(pid_t pid);
+
     /** Progress every entity until @a cond holds or the timeout expires */
     bool wait_for(const std::function<bool()> &cond,
                   double timeout = DEFAULT_TIMEOUT);
@@ -162,6 +175,7 @@ protected:
     uct_component_h m_component = nullptr;
     std::string     m_md_name;
     std::vector<std::unique_ptr<entity>> m_entities;
+    std::vector<pid_t> m_children;
 };
 
 

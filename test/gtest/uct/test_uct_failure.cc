@@ -44,10 +44,6 @@ protected:
         }
         m_held.clear();
         uct_fixture::TearDown();
-        for (pid_t pid : m_children) {
-            kill(pid, SIGKILL);
-            waitpid(pid, NULL, 0);
-        }
     }
 
     static ucs_status_t err_handler(void *arg, uct_ep_h ep,
@@ -78,69 +74,6 @@ protected:
         return UCS_INPROGRESS;
     }
 
-    /*
-     * A receiver process: opens an interface, writes its device and
-     * interface address to the pipe, then progresses until it reads 's'
-     * from @a cmd (then it only sleeps) or is killed.
-     */
-    void fork_receiver(std::vector<char> *addr_p, int *cmd_p)
-    {
-        int addr_fds[2], cmd_fds[2];
-
-        ASSERT_EQ(0, pipe(addr_fds));
-        ASSERT_EQ(0, pipe(cmd_fds));
-        pid_t pid = fork();
-        ASSERT_GE(pid, 0);
-        if (pid == 0) {
-            std::unique_ptr<entity> e;
-            close(addr_fds[0]);
-            close(cmd_fds[1]);
-            fcntl(cmd_fds[0], F_SETFL, O_NONBLOCK);
-            if (entity::open(m_component, m_md_name, {}, 0, nullptr, nullptr,
-                             &e) != UCS_OK) {
-                _exit(2);
-            }
-            uct_iface_set_am_handler(
-                    e->iface, AM_ID,
-                    [](void*, void*, size_t, unsigned) { return UCS_OK; },
-                    NULL, 0);
-            std::vector<char> addr = e->dev_addr;
-            addr.insert(addr.end(), e->iface_addr.begin(),
-                        e->iface_addr.end());
-            if (write(addr_fds[1], addr.data(), addr.size()) !=
-                (ssize_t)addr.size()) {
-                _exit(3);
-            }
-            for (;;) {
-                char c;
-                if ((read(cmd_fds[0], &c, 1) == 1) && (c == 's')) {
-                    for (;;) {
-                        pause();
-                    }
-                }
-                e->progress();
-            }
-        }
-
-        close(addr_fds[1]);
-        close(cmd_fds[0]);
-        m_children.push_back(pid);
-        addr_p->resize(4096);
-        ssize_t len = read(addr_fds[0], addr_p->data(), addr_p->size());
-        close(addr_fds[0]);
-        ASSERT_GT(len, 0);
-        addr_p->resize(len);
-        *cmd_p = cmd_fds[1];
-    }
-
-    void kill_child(pid_t pid)
-    {
-        ASSERT_EQ(0, kill(pid, SIGKILL));
-        ASSERT_EQ(pid, waitpid(pid, NULL, 0));
-        m_children.erase(std::find(m_children.begin(), m_children.end(),
-                                   pid));
-    }
-
     /* A sender entity with the error handler and an ep to @a addr */
     uct_ep_h sender_to(const std::vector<char> &addr, entity **sender_p)
     {
@@ -168,7 +101,6 @@ protected:
     }
 
     std::string        m_wire     = "shm";
-    std::vector<pid_t> m_children;
     std::vector<void*> m_held;
     int                m_errors   = 0;
     uct_ep_h           m_err_ep   = nullptr;
@@ -196,7 +128,7 @@ TEST_P(test_uct_failure_wire, receiver_killed_send_fails)
     entity *sender;
     int cmd;
 
-    fork_receiver(&addr, &cmd);
+    fork_receiver({}, &addr, &cmd);
     uct_ep_h ep = sender_to(addr, &sender);
     ASSERT_NE(nullptr, ep);
     for (uint64_t seq = 0; seq < 100; ++seq) {
@@ -233,7 +165,7 @@ TEST_P(test_uct_failure_wire, receiver_killed_ep_check)
     entity *sender;
     int cmd;
 
-    fork_receiver(&addr, &cmd);
+    fork_receiver({}, &addr, &cmd);
     uct_ep_h ep = sender_to(addr, &sender);
     ASSERT_NE(nullptr, ep);
     ASSERT_EQ(UCS_OK, retry([&]() { return send(ep, 0); }));
@@ -259,7 +191,7 @@ TEST_P(test_uct_failure_wire, receiver_killed_with_pending)
     entity *sender;
     int cmd;
 
-    fork_receiver(&addr, &cmd);
+    fork_receiver({}, &addr, &cmd);
     uct_ep_h ep = sender_to(addr, &sender);
     ASSERT_NE(nullptr, ep);
     ASSERT_EQ(UCS_OK, retry([&]() { return send(ep, 0); }));
@@ -299,7 +231,7 @@ TEST_F(test_uct_failure, receiver_killed_before_accept)
     entity *sender;
     int cmd;
 
-    fork_receiver(&addr, &cmd);
+    fork_receiver({}, &addr, &cmd);
     /* stop the receiver before it can see our claim */
     ASSERT_EQ(1, write(cmd, "s", 1));
     usleep(10000);
