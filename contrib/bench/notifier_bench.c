@@ -1,6 +1,5 @@
 /**
- * Copyright (C) remapring contributors. ALL RIGHTS RESERVED.
- * See file LICENSE for terms.
+ * Copyright (c) remapring contributors. See file LICENSE for terms.
  *
  * notifier_bench: what the notifier and the memory cache cost.
  *  - cache hit (ucs_memcache_get + put) next to a ucs_rcache_get + put hit;

@@ -1,7 +1,5 @@
 /**
- * Copyright (C) remapring authors. ALL RIGHTS RESERVED.
- *
- * See file LICENSE for terms.
+ * Copyright (c) remapring contributors. See file LICENSE for terms.
  *
  * ring_bench: the ring engine alone, writer and reader in one process.
  * For each message size and hold rate it prints messages/s and GB/s through

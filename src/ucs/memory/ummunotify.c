@@ -1,6 +1,5 @@
 /**
- * Copyright (C) remapring contributors. ALL RIGHTS RESERVED.
- * See file LICENSE for terms.
+ * Copyright (c) remapring contributors. See file LICENSE for terms.
  */
 
 #ifndef _GNU_SOURCE
@@ -100,7 +99,6 @@ static ucs_ummunotify_global_t ucs_ummunotify_global = {
     .wdone      = PTHREAD_COND_INITIALIZER
 };
 
-#define g ucs_ummunotify_global
 
 
 static const char *ucs_ummunotify_engine_names[] = {
@@ -171,12 +169,12 @@ UCS_CONFIG_REGISTER_TABLE(ucs_ummunotify_config_table, "Remapring notifier",
 
 void ucs_ummunotify_lock(void)
 {
-    pthread_mutex_lock(&g.lock);
+    pthread_mutex_lock(&ucs_ummunotify_global.lock);
 }
 
 void ucs_ummunotify_unlock(void)
 {
-    pthread_mutex_unlock(&g.lock);
+    pthread_mutex_unlock(&ucs_ummunotify_global.lock);
 }
 
 const char *ucs_ummunotify_engine_name(ucs_ummunotify_engine_t engine)
@@ -191,7 +189,7 @@ ucs_ummunotify_engine_t ucs_ummunotify_engine(void)
 {
     const ucs_ummunotify_ops_t *ops;
 
-    ops = __atomic_load_n(&g.ops, __ATOMIC_ACQUIRE);
+    ops = __atomic_load_n(&ucs_ummunotify_global.ops, __ATOMIC_ACQUIRE);
     return (ops == NULL) ? UCS_UMMUNOTIFY_ENGINE_AUTO : ops->type;
 }
 
@@ -201,32 +199,33 @@ static void *ucs_ummunotify_worker_main(void *arg)
 {
     ucs_ummunotify_work_t *work;
 
-    pthread_mutex_lock(&g.wlock);
+    pthread_mutex_lock(&ucs_ummunotify_global.wlock);
     for (;;) {
-        work = g.whead;
+        work = ucs_ummunotify_global.whead;
         if (work == NULL) {
-            if (g.worker_stop) {
+            if (ucs_ummunotify_global.worker_stop) {
                 break;
             }
-            pthread_cond_wait(&g.wcond, &g.wlock);
+            pthread_cond_wait(&ucs_ummunotify_global.wcond,
+                              &ucs_ummunotify_global.wlock);
             continue;
         }
 
-        g.whead = work->next;
-        if (g.whead == NULL) {
-            g.wtail = NULL;
+        ucs_ummunotify_global.whead = work->next;
+        if (ucs_ummunotify_global.whead == NULL) {
+            ucs_ummunotify_global.wtail = NULL;
         }
         work->next   = NULL;
         work->queued = 0; /* may be scheduled again while it runs */
-        pthread_mutex_unlock(&g.wlock);
+        pthread_mutex_unlock(&ucs_ummunotify_global.wlock);
 
         work->func(work);
 
-        pthread_mutex_lock(&g.wlock);
-        ++g.wcompleted;
-        pthread_cond_broadcast(&g.wdone);
+        pthread_mutex_lock(&ucs_ummunotify_global.wlock);
+        ++ucs_ummunotify_global.wcompleted;
+        pthread_cond_broadcast(&ucs_ummunotify_global.wdone);
     }
-    pthread_mutex_unlock(&g.wlock);
+    pthread_mutex_unlock(&ucs_ummunotify_global.wlock);
     return NULL;
 }
 
@@ -237,8 +236,8 @@ static ucs_status_t ucs_ummunotify_worker_start(void)
 
     sigfillset(&all);
     pthread_sigmask(SIG_SETMASK, &all, &old);
-    g.worker_stop = 0;
-    ret           = pthread_create(&g.worker, NULL,
+    ucs_ummunotify_global.worker_stop = 0;
+    ret           = pthread_create(&ucs_ummunotify_global.worker, NULL,
                                    ucs_ummunotify_worker_main, NULL);
     pthread_sigmask(SIG_SETMASK, &old, NULL);
     if (ret != 0) {
@@ -247,44 +246,44 @@ static ucs_status_t ucs_ummunotify_worker_start(void)
         return UCS_ERR_IO_ERROR;
     }
 
-    g.worker_running = 1;
+    ucs_ummunotify_global.worker_running = 1;
     return UCS_OK;
 }
 
 static void ucs_ummunotify_worker_stop(void)
 {
-    if (!g.worker_running) {
+    if (!ucs_ummunotify_global.worker_running) {
         return;
     }
 
-    pthread_mutex_lock(&g.wlock);
-    g.worker_stop = 1;
-    pthread_cond_broadcast(&g.wcond);
-    pthread_mutex_unlock(&g.wlock);
-    pthread_join(g.worker, NULL);
+    pthread_mutex_lock(&ucs_ummunotify_global.wlock);
+    ucs_ummunotify_global.worker_stop = 1;
+    pthread_cond_broadcast(&ucs_ummunotify_global.wcond);
+    pthread_mutex_unlock(&ucs_ummunotify_global.wlock);
+    pthread_join(ucs_ummunotify_global.worker, NULL);
 
-    pthread_mutex_lock(&g.wlock);
-    g.worker_running = 0;
-    pthread_cond_broadcast(&g.wdone);
-    pthread_mutex_unlock(&g.wlock);
+    pthread_mutex_lock(&ucs_ummunotify_global.wlock);
+    ucs_ummunotify_global.worker_running = 0;
+    pthread_cond_broadcast(&ucs_ummunotify_global.wdone);
+    pthread_mutex_unlock(&ucs_ummunotify_global.wlock);
 }
 
 void ucs_ummunotify_defer(ucs_ummunotify_work_t *work)
 {
-    pthread_mutex_lock(&g.wlock);
+    pthread_mutex_lock(&ucs_ummunotify_global.wlock);
     if (!work->queued) {
         work->queued = 1;
         work->next   = NULL;
-        if (g.wtail == NULL) {
-            g.whead = work;
+        if (ucs_ummunotify_global.wtail == NULL) {
+            ucs_ummunotify_global.whead = work;
         } else {
-            g.wtail->next = work;
+            ucs_ummunotify_global.wtail->next = work;
         }
-        g.wtail = work;
-        ++g.wscheduled;
-        pthread_cond_signal(&g.wcond);
+        ucs_ummunotify_global.wtail = work;
+        ++ucs_ummunotify_global.wscheduled;
+        pthread_cond_signal(&ucs_ummunotify_global.wcond);
     }
-    pthread_mutex_unlock(&g.wlock);
+    pthread_mutex_unlock(&ucs_ummunotify_global.wlock);
 }
 
 void ucs_ummunotify_flush(void)
@@ -294,40 +293,43 @@ void ucs_ummunotify_flush(void)
     /* let an invalidation that is being applied finish first */
     (void)ucs_ummunotify_read_begin();
 
-    pthread_mutex_lock(&g.wlock);
-    target = g.wscheduled;
-    while ((g.wcompleted < target) && g.worker_running) {
-        pthread_cond_wait(&g.wdone, &g.wlock);
+    pthread_mutex_lock(&ucs_ummunotify_global.wlock);
+    target = ucs_ummunotify_global.wscheduled;
+    while ((ucs_ummunotify_global.wcompleted < target) &&
+           ucs_ummunotify_global.worker_running) {
+        pthread_cond_wait(&ucs_ummunotify_global.wdone,
+                          &ucs_ummunotify_global.wlock);
     }
-    pthread_mutex_unlock(&g.wlock);
+    pthread_mutex_unlock(&ucs_ummunotify_global.wlock);
 }
 
 /* ----------------------------------------------------------------- table */
 
 static void ucs_ummunotify_table_lock(void *arg)
 {
-    pthread_mutex_lock(&g.lock);
+    pthread_mutex_lock(&ucs_ummunotify_global.lock);
 }
 
 static void ucs_ummunotify_table_unlock(void *arg)
 {
-    pthread_mutex_unlock(&g.lock);
+    pthread_mutex_unlock(&ucs_ummunotify_global.lock);
 }
 
 static inline ucs_ummunotify_reg_t *ucs_ummunotify_table_at(size_t idx)
 {
-    return ucs_container_of(g.table.ranges[idx], ucs_ummunotify_reg_t, range);
+    return ucs_container_of(ucs_ummunotify_global.table.ranges[idx],
+                            ucs_ummunotify_reg_t, range);
 }
 
 static void ucs_ummunotify_table_insert(ucs_ummunotify_reg_t *reg)
 {
-    ucs_range_table_insert(&g.table, &reg->range);
+    ucs_range_table_insert(&ucs_ummunotify_global.table, &reg->range);
     reg->in_table = 1;
 }
 
 static void ucs_ummunotify_table_remove(ucs_ummunotify_reg_t *reg)
 {
-    ucs_range_table_remove(&g.table, &reg->range);
+    ucs_range_table_remove(&ucs_ummunotify_global.table, &reg->range);
     reg->in_table = 0;
 }
 
@@ -338,25 +340,26 @@ static void ucs_ummunotify_table_remove(ucs_ummunotify_reg_t *reg)
 static void ucs_ummunotify_table_unsubscribe_gaps(uintptr_t start,
                                                   uintptr_t end)
 {
-    uintptr_t cursor = start;
+    const ucs_range_table_t *table = &ucs_ummunotify_global.table;
+    uintptr_t cursor               = start;
     ucs_ummunotify_reg_t *reg;
     size_t idx;
 
-    for (idx = ucs_range_table_first_overlap(&g.table, start);
-         (idx < g.table.count) && (g.table.ranges[idx]->start < end); ++idx) {
+    for (idx = ucs_range_table_first_overlap(table, start);
+         (idx < table->count) && (table->ranges[idx]->start < end); ++idx) {
         reg = ucs_ummunotify_table_at(idx);
         if (reg->range.end <= cursor) {
             continue;
         }
         if (reg->range.start > cursor) {
-            g.ops->unsubscribe(cursor, reg->range.start);
+            ucs_ummunotify_global.ops->unsubscribe(cursor, reg->range.start);
         }
         cursor = reg->range.end;
         if (cursor >= end) {
             return;
         }
     }
-    g.ops->unsubscribe(cursor, end);
+    ucs_ummunotify_global.ops->unsubscribe(cursor, end);
 }
 
 /* --------------------------------------------------------------- events */
@@ -415,7 +418,8 @@ int ucs_ummunotify_apply(ucs_ummunotify_event_type_t type, uintptr_t start,
 {
     ucs_ummunotify_event_t event = {.start = start, .end = end, .type = type};
 
-    return ucs_range_table_remove_overlapping(&g.table, start, end,
+    return ucs_range_table_remove_overlapping(&ucs_ummunotify_global.table,
+                                              start, end,
                                               ucs_ummunotify_apply_one,
                                               &event) > 0;
 }
@@ -445,7 +449,7 @@ unsigned ucs_ummunotify_read(ucs_ummunotify_t *client,
      * monitor; wait until that batch is applied */
     (void)ucs_ummunotify_read_begin();
 
-    pthread_mutex_lock(&g.lock);
+    pthread_mutex_lock(&ucs_ummunotify_global.lock);
     while ((count < max) && (client->head != client->tail)) {
         events[count++] = client->ring[client->head++ & client->ring_mask];
     }
@@ -456,7 +460,7 @@ unsigned ucs_ummunotify_read(ucs_ummunotify_t *client,
         client->overflow    = 0;
         ++count;
     }
-    pthread_mutex_unlock(&g.lock);
+    pthread_mutex_unlock(&ucs_ummunotify_global.lock);
     return count;
 }
 
@@ -473,7 +477,7 @@ ucs_ummunotify_try_start(const ucs_ummunotify_ops_t *ops, char *why,
         return status;
     }
 
-    if (!g.worker_running) {
+    if (!ucs_ummunotify_global.worker_running) {
         status = ucs_ummunotify_worker_start();
         if (status != UCS_OK) {
             ops->stop();
@@ -482,8 +486,8 @@ ucs_ummunotify_try_start(const ucs_ummunotify_ops_t *ops, char *why,
         }
     }
 
-    __atomic_store_n(&g.ops, ops, __ATOMIC_RELEASE);
-    g.state = UCS_UMMUNOTIFY_STATE_RUNNING;
+    __atomic_store_n(&ucs_ummunotify_global.ops, ops, __ATOMIC_RELEASE);
+    ucs_ummunotify_global.state = UCS_UMMUNOTIFY_STATE_RUNNING;
     return UCS_OK;
 }
 
@@ -495,13 +499,13 @@ static ucs_status_t ucs_ummunotify_engine_start(void)
     char why_ucm[160]            = "";
     ucs_status_t status;
 
-    if (g.state == UCS_UMMUNOTIFY_STATE_RUNNING) {
+    if (ucs_ummunotify_global.state == UCS_UMMUNOTIFY_STATE_RUNNING) {
         return UCS_OK;
     }
 
-    if (g.config_status != UCS_OK) {
+    if (ucs_ummunotify_global.config_status != UCS_OK) {
         /* the parser has logged the bad value */
-        return g.config_status;
+        return ucs_ummunotify_global.config_status;
     }
 
     if (want != UCS_UMMUNOTIFY_ENGINE_UCM) {
@@ -541,19 +545,19 @@ static ucs_status_t ucs_ummunotify_engine_start(void)
     }
 
 failed:
-    g.state = UCS_UMMUNOTIFY_STATE_FAILED;
+    ucs_ummunotify_global.state = UCS_UMMUNOTIFY_STATE_FAILED;
     return UCS_ERR_UNSUPPORTED;
 }
 
 /* Stop the engine. Called with state_lock. */
 static void ucs_ummunotify_engine_stop(void)
 {
-    if (g.state == UCS_UMMUNOTIFY_STATE_RUNNING) {
-        g.ops->stop();
+    if (ucs_ummunotify_global.state == UCS_UMMUNOTIFY_STATE_RUNNING) {
+        ucs_ummunotify_global.ops->stop();
     }
     ucs_ummunotify_worker_stop();
-    __atomic_store_n(&g.ops, NULL, __ATOMIC_RELEASE);
-    g.state = UCS_UMMUNOTIFY_STATE_IDLE;
+    __atomic_store_n(&ucs_ummunotify_global.ops, NULL, __ATOMIC_RELEASE);
+    ucs_ummunotify_global.state = UCS_UMMUNOTIFY_STATE_IDLE;
 }
 
 /* ---------------------------------------------------------------- clients */
@@ -595,23 +599,23 @@ ucs_status_t ucs_ummunotify_open(const ucs_ummunotify_params_t *params,
         client->ring_mask = queue_len - 1;
     }
 
-    pthread_mutex_lock(&g.state_lock);
+    pthread_mutex_lock(&ucs_ummunotify_global.state_lock);
     status = ucs_ummunotify_engine_start();
     if (status != UCS_OK) {
         goto err_unlock;
     }
 
-    pthread_mutex_lock(&g.lock);
-    ucs_list_add_tail(&g.clients, &client->list);
-    ++g.nclients;
-    pthread_mutex_unlock(&g.lock);
-    pthread_mutex_unlock(&g.state_lock);
+    pthread_mutex_lock(&ucs_ummunotify_global.lock);
+    ucs_list_add_tail(&ucs_ummunotify_global.clients, &client->list);
+    ++ucs_ummunotify_global.nclients;
+    pthread_mutex_unlock(&ucs_ummunotify_global.lock);
+    pthread_mutex_unlock(&ucs_ummunotify_global.state_lock);
 
     *notifier_p = client;
     return UCS_OK;
 
 err_unlock:
-    pthread_mutex_unlock(&g.state_lock);
+    pthread_mutex_unlock(&ucs_ummunotify_global.state_lock);
     free(client->ring);
 err_free:
     free(client);
@@ -624,12 +628,12 @@ void ucs_ummunotify_close(ucs_ummunotify_t *client)
 
     /* stop watching what is left; the handles stay the owners' to
      * unregister (which then only frees them) */
-    pthread_mutex_lock(&g.lock);
+    pthread_mutex_lock(&ucs_ummunotify_global.lock);
     while (!ucs_list_is_empty(&client->regs)) {
         reg = ucs_list_head(&client->regs, ucs_ummunotify_reg_t, list);
         if (reg->in_table) {
             ucs_ummunotify_table_remove(reg);
-            if (g.state == UCS_UMMUNOTIFY_STATE_RUNNING) {
+            if (ucs_ummunotify_global.state == UCS_UMMUNOTIFY_STATE_RUNNING) {
                 ucs_ummunotify_table_unsubscribe_gaps(reg->range.start,
                                                       reg->range.end);
             }
@@ -640,17 +644,17 @@ void ucs_ummunotify_close(ucs_ummunotify_t *client)
         reg->client = NULL;
     }
     ucs_list_del(&client->list);
-    --g.nclients;
-    pthread_mutex_unlock(&g.lock);
+    --ucs_ummunotify_global.nclients;
+    pthread_mutex_unlock(&ucs_ummunotify_global.lock);
 
     /* nothing new reaches the client; let its queued dispatch finish */
     ucs_ummunotify_flush();
 
-    pthread_mutex_lock(&g.state_lock);
-    if (g.nclients == 0) {
+    pthread_mutex_lock(&ucs_ummunotify_global.state_lock);
+    if (ucs_ummunotify_global.nclients == 0) {
         ucs_ummunotify_engine_stop();
     }
-    pthread_mutex_unlock(&g.state_lock);
+    pthread_mutex_unlock(&ucs_ummunotify_global.state_lock);
 
     free(client->ring);
     free(client);
@@ -661,13 +665,14 @@ static ucs_status_t ucs_ummunotify_ensure_running(void)
 {
     ucs_status_t status;
 
-    if (ucs_likely(g.state == UCS_UMMUNOTIFY_STATE_RUNNING)) {
+    if (ucs_likely(ucs_ummunotify_global.state ==
+                   UCS_UMMUNOTIFY_STATE_RUNNING)) {
         return UCS_OK;
     }
 
-    pthread_mutex_lock(&g.state_lock);
+    pthread_mutex_lock(&ucs_ummunotify_global.state_lock);
     status = ucs_ummunotify_engine_start();
-    pthread_mutex_unlock(&g.state_lock);
+    pthread_mutex_unlock(&ucs_ummunotify_global.state_lock);
     return status;
 }
 
@@ -704,21 +709,23 @@ ucs_status_t ucs_ummunotify_register(ucs_ummunotify_t *client,
     reg->valid    = 1;
     reg->in_table = 0;
 
-    status = ucs_range_table_reserve(&g.table, ucs_ummunotify_table_lock,
+    status = ucs_range_table_reserve(&ucs_ummunotify_global.table,
+                                     ucs_ummunotify_table_lock,
                                      ucs_ummunotify_table_unlock, NULL, &old);
     if (status != UCS_OK) {
         goto err_free;
     }
 
-    status = g.ops->subscribe(reg->range.start, reg->range.end);
+    status = ucs_ummunotify_global.ops->subscribe(reg->range.start,
+                                                  reg->range.end);
     if (status != UCS_OK) {
-        pthread_mutex_unlock(&g.lock);
+        pthread_mutex_unlock(&ucs_ummunotify_global.lock);
         goto err_free;
     }
 
     ucs_ummunotify_table_insert(reg);
     ucs_list_add_tail(&client->regs, &reg->list);
-    pthread_mutex_unlock(&g.lock);
+    pthread_mutex_unlock(&ucs_ummunotify_global.lock);
 
     free(old);
     *reg_p = reg;
@@ -732,17 +739,17 @@ err_free:
 
 void ucs_ummunotify_unregister(ucs_ummunotify_reg_t *reg)
 {
-    pthread_mutex_lock(&g.lock);
+    pthread_mutex_lock(&ucs_ummunotify_global.lock);
     if (reg->in_table) {
         ucs_ummunotify_table_remove(reg);
         reg->valid = 0;
-        if (g.state == UCS_UMMUNOTIFY_STATE_RUNNING) {
+        if (ucs_ummunotify_global.state == UCS_UMMUNOTIFY_STATE_RUNNING) {
             ucs_ummunotify_table_unsubscribe_gaps(reg->range.start,
                                                       reg->range.end);
         }
     }
     ucs_list_del(&reg->list);
-    pthread_mutex_unlock(&g.lock);
+    pthread_mutex_unlock(&ucs_ummunotify_global.lock);
 
     free(reg);
 }
@@ -765,28 +772,28 @@ static void ucs_ummunotify_atfork_prepare(void)
 {
     ucs_ummunotify_t *client;
 
-    pthread_mutex_lock(&g.state_lock);
-    pthread_mutex_lock(&g.lock);
-    ucs_list_for_each(client, &g.clients, list) {
+    pthread_mutex_lock(&ucs_ummunotify_global.state_lock);
+    pthread_mutex_lock(&ucs_ummunotify_global.lock);
+    ucs_list_for_each(client, &ucs_ummunotify_global.clients, list) {
         if (client->params.fork_prepare != NULL) {
             client->params.fork_prepare(client->params.arg);
         }
     }
-    pthread_mutex_lock(&g.wlock);
+    pthread_mutex_lock(&ucs_ummunotify_global.wlock);
 }
 
 static void ucs_ummunotify_atfork_parent(void)
 {
     ucs_ummunotify_t *client;
 
-    pthread_mutex_unlock(&g.wlock);
-    ucs_list_for_each(client, &g.clients, list) {
+    pthread_mutex_unlock(&ucs_ummunotify_global.wlock);
+    ucs_list_for_each(client, &ucs_ummunotify_global.clients, list) {
         if (client->params.fork_parent != NULL) {
             client->params.fork_parent(client->params.arg);
         }
     }
-    pthread_mutex_unlock(&g.lock);
-    pthread_mutex_unlock(&g.state_lock);
+    pthread_mutex_unlock(&ucs_ummunotify_global.lock);
+    pthread_mutex_unlock(&ucs_ummunotify_global.state_lock);
 }
 
 /*
@@ -802,11 +809,11 @@ static void ucs_ummunotify_atfork_child(void)
     ucs_ummunotify_t *client;
     size_t idx;
 
-    for (idx = 0; idx < g.table.count; ++idx) {
+    for (idx = 0; idx < ucs_ummunotify_global.table.count; ++idx) {
         ucs_ummunotify_table_at(idx)->in_table = 0;
         ucs_ummunotify_table_at(idx)->valid    = 0;
     }
-    ucs_range_table_clear(&g.table);
+    ucs_range_table_clear(&ucs_ummunotify_global.table);
 
     /* the monitor may have been between its two increments */
     if (ucs_ummunotify_seq & 1) {
@@ -814,34 +821,35 @@ static void ucs_ummunotify_atfork_child(void)
     }
     __atomic_fetch_add(&ucs_ummunotify_fork_count, 1, __ATOMIC_RELEASE);
 
-    if ((g.state == UCS_UMMUNOTIFY_STATE_RUNNING) && !g.ops->fork_child()) {
-        __atomic_store_n(&g.ops, NULL, __ATOMIC_RELEASE);
-        g.state = UCS_UMMUNOTIFY_STATE_FORKED;
+    if ((ucs_ummunotify_global.state == UCS_UMMUNOTIFY_STATE_RUNNING) &&
+        !ucs_ummunotify_global.ops->fork_child()) {
+        __atomic_store_n(&ucs_ummunotify_global.ops, NULL, __ATOMIC_RELEASE);
+        ucs_ummunotify_global.state = UCS_UMMUNOTIFY_STATE_FORKED;
     }
 
     /* threads do not survive fork(); queued work runs when we restart */
-    g.worker_running = 0;
-    pthread_cond_init(&g.wcond, NULL);
-    pthread_cond_init(&g.wdone, NULL);
-    pthread_mutex_init(&g.wlock, NULL);
+    ucs_ummunotify_global.worker_running = 0;
+    pthread_cond_init(&ucs_ummunotify_global.wcond, NULL);
+    pthread_cond_init(&ucs_ummunotify_global.wdone, NULL);
+    pthread_mutex_init(&ucs_ummunotify_global.wlock, NULL);
 
-    ucs_list_for_each(client, &g.clients, list) {
+    ucs_list_for_each(client, &ucs_ummunotify_global.clients, list) {
         if (client->params.fork_child != NULL) {
             client->params.fork_child(client->params.arg);
         }
     }
 
-    pthread_mutex_init(&g.lock, NULL);
-    pthread_mutex_init(&g.state_lock, NULL);
+    pthread_mutex_init(&ucs_ummunotify_global.lock, NULL);
+    pthread_mutex_init(&ucs_ummunotify_global.state_lock, NULL);
 }
 
 /* ----------------------------------------------------------- load/unload */
 
 UCS_STATIC_INIT {
-    g.config_status = ucs_config_parser_fill_opts(&ucs_ummunotify_config,
-                                                  ucs_ummunotify_config_table,
-                                                  "UCX_", "REMAPRING_", 0);
-    if (g.config_status != UCS_OK) {
+    ucs_ummunotify_global.config_status = ucs_config_parser_fill_opts(
+            &ucs_ummunotify_config, ucs_ummunotify_config_table, "UCX_",
+            "REMAPRING_", 0);
+    if (ucs_ummunotify_global.config_status != UCS_OK) {
         /* the parser logged which value is wrong; keep safe defaults */
         ucs_ummunotify_config.engine       = UCS_UMMUNOTIFY_ENGINE_AUTO;
         ucs_ummunotify_config.spin         = 0;
@@ -858,13 +866,13 @@ UCS_STATIC_INIT {
 
 /* Process exit or dlclose(): stop the threads, close the userfaultfd. */
 UCS_STATIC_CLEANUP {
-    pthread_mutex_lock(&g.state_lock);
+    pthread_mutex_lock(&ucs_ummunotify_global.state_lock);
     ucs_ummunotify_engine_stop();
-    pthread_mutex_unlock(&g.state_lock);
+    pthread_mutex_unlock(&ucs_ummunotify_global.state_lock);
 
-    if (g.config_status == UCS_OK) {
+    if (ucs_ummunotify_global.config_status == UCS_OK) {
         ucs_config_parser_release_opts(&ucs_ummunotify_config,
                                        ucs_ummunotify_config_table);
     }
-    ucs_range_table_cleanup(&g.table);
+    ucs_range_table_cleanup(&ucs_ummunotify_global.table);
 }

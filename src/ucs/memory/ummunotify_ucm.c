@@ -1,6 +1,5 @@
 /**
- * Copyright (C) remapring contributors. ALL RIGHTS RESERVED.
- * See file LICENSE for terms.
+ * Copyright (c) remapring contributors. See file LICENSE for terms.
  */
 
 #ifndef _GNU_SOURCE

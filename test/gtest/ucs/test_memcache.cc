@@ -1,6 +1,5 @@
 /**
- * Copyright (C) remapring contributors. ALL RIGHTS RESERVED.
- * See file LICENSE for terms.
+ * Copyright (c) remapring contributors. See file LICENSE for terms.
  *
  * The memtype/registration cache: classification of each kind of memory,
  * hits, drops on kernel reports, deferred deregistration, fork.

@@ -1,6 +1,5 @@
 /**
- * Copyright (C) remapring contributors. ALL RIGHTS RESERVED.
- * See file LICENSE for terms.
+ * Copyright (c) remapring contributors. See file LICENSE for terms.
  *
  * The notifier against the kernel: one test per behaviour of DESIGN 5, run
  * on both engines where the engine can see it; fork; the monitor never

@@ -1,6 +1,5 @@
 /**
- * Copyright (C) remapring contributors. ALL RIGHTS RESERVED.
- * See file LICENSE for terms.
+ * Copyright (c) remapring contributors. See file LICENSE for terms.
  *
  * UCS's own registration cache (ucs_rcache, public API) with UCM's hooks
  * off (UCX_MEM_MALLOC_HOOKS=n UCX_MEM_MMAP_HOOK_MODE=none) and

@@ -1,7 +1,5 @@
 /**
- * Copyright (C) remapring authors. ALL RIGHTS RESERVED.
- *
- * See file LICENSE for terms.
+ * Copyright (c) remapring contributors. See file LICENSE for terms.
  *
  * The ring engine on its own: wraparound, record sizes and PADs, holds and
  * remaps, pool exhaustion, stale blocks, bad records, credits, two threads

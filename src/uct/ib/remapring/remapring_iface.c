@@ -160,14 +160,14 @@ uct_remapring_iface_config_check(const uct_remapring_iface_config_t *config)
     if ((config->block_size == UCS_MEMUNITS_INF) ||
         (config->block_size == UCS_MEMUNITS_AUTO) ||
         !ucs_is_pow2(config->block_size) || (config->block_size < page_size)) {
-        ucs_error("remapring: REMAPRING_BLOCK_SIZE=%zu must be a power of two"
+        ucs_error("remapring: UCX_REMAPRING_BLOCK_SIZE=%zu must be a power of two"
                   " of at least the page size (%zu)",
                   config->block_size, page_size);
         return UCS_ERR_INVALID_PARAM;
     }
 
     if ((config->ring_slots < 2) || !ucs_is_pow2(config->ring_slots)) {
-        ucs_error("remapring: REMAPRING_RING_SLOTS=%u must be a power of two"
+        ucs_error("remapring: UCX_REMAPRING_RING_SLOTS=%u must be a power of two"
                   " of at least 2",
                   config->ring_slots);
         return UCS_ERR_INVALID_PARAM;
@@ -176,7 +176,7 @@ uct_remapring_iface_config_check(const uct_remapring_iface_config_t *config)
     if ((config->pool_max == UCS_MEMUNITS_AUTO) ||
         ((config->pool_max != UCS_MEMUNITS_INF) &&
          (config->pool_max < (size_t)config->ring_slots * config->block_size))) {
-        ucs_error("remapring: REMAPRING_POOL_MAX=%zu must be at least"
+        ucs_error("remapring: UCX_REMAPRING_POOL_MAX=%zu must be at least"
                   " RING_SLOTS * BLOCK_SIZE (%zu)",
                   config->pool_max,
                   (size_t)config->ring_slots * config->block_size);
@@ -185,7 +185,7 @@ uct_remapring_iface_config_check(const uct_remapring_iface_config_t *config)
 
     if ((config->max_peers < 1) ||
         (config->max_peers > UCT_REMAPRING_MAX_PEERS)) {
-        ucs_error("remapring: REMAPRING_MAX_PEERS=%u must be between 1 and"
+        ucs_error("remapring: UCX_REMAPRING_MAX_PEERS=%u must be between 1 and"
                   " %d", config->max_peers, UCT_REMAPRING_MAX_PEERS);
         return UCS_ERR_INVALID_PARAM;
     }
@@ -195,7 +195,7 @@ uct_remapring_iface_config_check(const uct_remapring_iface_config_t *config)
     max_payload = uct_remapring_ring_max_payload(config->block_size, &layout);
     if ((config->max_short < sizeof(uint64_t)) ||
         (config->max_short > max_payload)) {
-        ucs_error("remapring: REMAPRING_MAX_SHORT=%zu must be between 8 and"
+        ucs_error("remapring: UCX_REMAPRING_MAX_SHORT=%zu must be between 8 and"
                   " the largest payload of a block (%zu)", config->max_short,
                   max_payload);
         return UCS_ERR_INVALID_PARAM;
@@ -203,7 +203,7 @@ uct_remapring_iface_config_check(const uct_remapring_iface_config_t *config)
 
     if ((config->credit_batch < 1) ||
         (config->credit_batch > config->ring_slots / 2)) {
-        ucs_error("remapring: REMAPRING_CREDIT_BATCH=%u must be between 1 and"
+        ucs_error("remapring: UCX_REMAPRING_CREDIT_BATCH=%u must be between 1 and"
                   " RING_SLOTS / 2 (%u)",
                   config->credit_batch, config->ring_slots / 2);
         return UCS_ERR_INVALID_PARAM;
@@ -211,19 +211,19 @@ uct_remapring_iface_config_check(const uct_remapring_iface_config_t *config)
 
     if ((config->bandwidth != UCS_CONFIG_BW_AUTO) &&
         !(config->bandwidth > 0)) {
-        ucs_error("remapring: REMAPRING_BW=%.0fB/s must be more than zero or"
+        ucs_error("remapring: UCX_REMAPRING_BW=%.0fB/s must be more than zero or"
                   " auto", config->bandwidth);
         return UCS_ERR_INVALID_PARAM;
     }
 
     if (config->latency == UCS_TIME_INFINITY) {
-        ucs_error("remapring: REMAPRING_LATENCY must be a time or auto, not"
+        ucs_error("remapring: UCX_REMAPRING_LATENCY must be a time or auto, not"
                   " inf");
         return UCS_ERR_INVALID_PARAM;
     }
 
     if (config->overhead == UCS_TIME_INFINITY) {
-        ucs_error("remapring: REMAPRING_OVERHEAD must be a time or auto, not"
+        ucs_error("remapring: UCX_REMAPRING_OVERHEAD must be a time or auto, not"
                   " inf");
         return UCS_ERR_INVALID_PARAM;
     }
@@ -461,6 +461,7 @@ static void uct_remapring_rx_conn_accept(uct_remapring_iface_t *iface,
     uct_remapring_conn_t *conn       = &iface->rx.ctl.conns[index];
     uct_remapring_ring_params_t params;
     ucs_status_t status;
+    char name[48];
 
     if (uct_remapring_proc_open(&iface->watch, conn->sender_pid,
                                 uct_remapring_rx_sender_exited,
@@ -483,6 +484,9 @@ static void uct_remapring_rx_conn_accept(uct_remapring_iface_t *iface,
     /* a sender on the shm wire follows the slot table only: held blocks
      * are swapped in the table, without mmap */
     params.remap_view   = (conn->wire != UCT_REMAPRING_WIRE_SHM);
+    ucs_snprintf_zero(name, sizeof(name), "from pid %d (connection %u)",
+                      conn->sender_pid, index);
+    params.name         = name;
     status = uct_remapring_ring_create(iface->rx.pool, &params, &conn->ring,
                                        &rx_conn->ring);
     if (status != UCS_OK) {

@@ -1,7 +1,5 @@
 /**
- * Copyright (C) remapring authors. ALL RIGHTS RESERVED.
- *
- * See file LICENSE for terms.
+ * Copyright (c) remapring contributors. See file LICENSE for terms.
  */
 
 #ifndef _GNU_SOURCE
@@ -13,6 +11,7 @@
 #include <ucs/arch/bitops.h>
 #include <ucs/debug/log_def.h>
 #include <ucs/sys/math.h>
+#include <ucs/sys/string.h>
 
 #include <stdlib.h>
 #include <string.h>
@@ -46,6 +45,7 @@ void uct_remapring_ring_params_default(uct_remapring_ring_params_t *params)
     params->credit_batch = 4;
     params->shared_slots = NULL;
     params->remap_view   = 1;
+    params->name         = NULL;
 }
 
 /* Back @a slot with @a block. The writer's mirror is stored before the slot
@@ -192,6 +192,11 @@ uct_remapring_ring_create(uct_remapring_pool_t *pool,
     ring->status       = UCS_OK;
     ring->shared_slots = params->shared_slots;
     ring->remap_view   = params->remap_view;
+    if (params->name != NULL) {
+        ucs_snprintf_zero(ring->name, sizeof(ring->name), "%s", params->name);
+    } else {
+        ucs_snprintf_zero(ring->name, sizeof(ring->name), "%p", ring);
+    }
     ucs_list_head_init(&ring->list);
 
     ring->slots = calloc(ring->nslots, sizeof(*ring->slots));
@@ -211,10 +216,10 @@ uct_remapring_ring_create(uct_remapring_pool_t *pool,
     }
 
     for (i = 0; i < ring->nslots; ++i) {
+        /* a full pool is the caller's to report, a failed growth was
+         * logged by the pool */
         status = uct_remapring_pool_block_get(pool, &ring->slots[i]);
         if (status != UCS_OK) {
-            ucs_error("ring %p: no pool block for slot %u of %u: %s", ring, i,
-                      ring->nslots, ucs_status_string(status));
             goto err_put_blocks;
         }
 
@@ -289,9 +294,9 @@ static ucs_status_t uct_remapring_ring_bad(uct_remapring_ring_t *ring,
                                            const char *what,
                                            const uct_remapring_ring_hdr_t *hdr)
 {
-    ucs_error("ring %p bad record at offset %lu (tail %lu): %s; stamp %lu "
+    ucs_error("ring %s: bad record at offset %lu (tail %lu): %s; stamp %lu "
               "length %u type 0x%x",
-              ring, ring->head, ring->tail, what, hdr->offset, hdr->length,
+              ring->name, ring->head, ring->tail, what, hdr->offset, hdr->length,
               hdr->type);
     ring->status = UCS_ERR_IO_ERROR;
     return ring->status;
@@ -322,9 +327,9 @@ uct_remapring_ring_poll(uct_remapring_ring_t *ring, uct_remapring_ring_rx_t *rx)
             if ((tail < ring->tail) ||
                 (tail > ring->published + ring->window_size) ||
                 ((tail % UCT_REMAPRING_RING_ALIGN) != 0)) {
-                ucs_error("ring %p bad tail %lu: head %lu released %lu "
+                ucs_error("ring %s: bad tail %lu: head %lu released %lu "
                           "window %zu",
-                          ring, tail, ring->head, ring->published,
+                          ring->name, tail, ring->head, ring->published,
                           ring->window_size);
                 ring->status = UCS_ERR_IO_ERROR;
                 return ring->status;

@@ -1,7 +1,5 @@
 /**
- * Copyright (C) remapring authors. ALL RIGHTS RESERVED.
- *
- * See file LICENSE for terms.
+ * Copyright (c) remapring contributors. See file LICENSE for terms.
  */
 
 #ifndef UCT_REMAPRING_RING_H_
@@ -283,6 +281,7 @@ typedef struct uct_remapring_ring_params {
                        (mmap); 0: only in the slot tables, for a writer
                        that writes through shared_slots and never through
                        the view */
+    const char *name; /* for the log, e.g. the writer's pid; or NULL */
 } uct_remapring_ring_params_t;
 
 
@@ -335,6 +334,7 @@ struct uct_remapring_ring {
     uint64_t credited; /* slots below are credited */
     uint64_t published; /* last released_head stored */
     ucs_status_t status; /* sticky error */
+    char name[48]; /* for the log */
     int waiting; /* on pool->waiters */
     ucs_list_link_t list; /* in pool->waiters */
     uct_remapring_ring_stats_t stats;
@@ -356,6 +356,9 @@ void uct_remapring_ring_params_default(uct_remapring_ring_params_t *params);
  * @param [in]  params  Geometry.
  * @param [in]  ctl     Control area, shared with the writer.
  * @param [out] ring_p  New ring.
+ *
+ * @return UCS_OK; UCS_ERR_NO_RESOURCE, not logged, if the pool has no room
+ *         for the ring; another error, logged.
  */
 ucs_status_t
 uct_remapring_ring_create(uct_remapring_pool_t *pool,

@@ -1,7 +1,5 @@
 /**
- * Copyright (C) remapring authors. ALL RIGHTS RESERVED.
- *
- * See file LICENSE for terms.
+ * Copyright (c) remapring contributors. See file LICENSE for terms.
  */
 
 #ifndef UCT_REMAPRING_RING_POOL_H_

@@ -1,7 +1,5 @@
 /**
- * Copyright (C) remapring authors. ALL RIGHTS RESERVED.
- *
- * See file LICENSE for terms.
+ * Copyright (c) remapring contributors. See file LICENSE for terms.
  */
 
 #ifndef _GNU_SOURCE
