@@ -18,6 +18,8 @@ packages=(
     libgtest-dev cmake python3 iproute2 valgrind
     # MPI end to end
     openmpi-bin libopenmpi-dev mpich libmpich-dev python3-mpi4py
+    # the Debian package (debian/control's Build-Depends, test_package.sh)
+    debhelper libnuma-dev lintian dpkg-repack
 )
 
 missing=()
