@@ -13,8 +13,9 @@
  *
  * usage: ucp_hold [-n count] [-s seed] [-M max_size] [-m min_size]
  *                 [-p hold_percent] [-t hold_max_usec] [-H max_held]
- *                 [-T am|tag|both] [-D]
- *   -D  fail if an eager active message arrives without a data descriptor
+ *                 [-T am|tag|both] [-D bytes]
+ *   -D  fail if an eager active message of more than this many bytes
+ *       arrives without a data descriptor
  *       (the transport delivered it without UCT_CB_PARAM_FLAG_DESC)
  */
 #define _GNU_SOURCE
@@ -70,8 +71,8 @@ static struct {
     size_t   max_held;
     int      use_am;
     int      use_tag;
-    int      expect_desc;
-} opt = {100000, 1, 1 << 20, 0, 0.25, 2000, 1024, 1, 1, 0};
+    long     expect_desc; /* -1: no check */
+} opt = {100000, 1, 1 << 20, 0, 0.25, 2000, 1024, 1, 1, -1};
 
 static struct {
     ucp_worker_h worker;
@@ -355,7 +356,7 @@ static ucs_status_t am_cb(void *arg, const void *header, size_t header_length,
     check(data, hdr.index, length, "on arrival");
     if (!(param->recv_attr & UCP_AM_RECV_ATTR_FLAG_DATA)) {
         ++rx.no_desc;
-        if (opt.expect_desc) {
+        if ((opt.expect_desc >= 0) && (length > (size_t)opt.expect_desc)) {
             fprintf(stderr, "message %" PRIu64 " length %zu arrived without "
                     "a data descriptor\n", hdr.index, length);
             ++rx.errors;
@@ -723,7 +724,7 @@ static void usage(const char *prog)
 {
     fprintf(stderr, "usage: %s [-n count] [-s seed] [-M max_size] "
             "[-m min_size] [-p hold_percent] [-t hold_max_usec] "
-            "[-H max_held] [-T am|tag|both] [-D]\n", prog);
+            "[-H max_held] [-T am|tag|both] [-D bytes]\n", prog);
     exit(2);
 }
 
@@ -732,7 +733,7 @@ int main(int argc, char **argv)
     int   sv[2], c, st, rc;
     pid_t pid;
 
-    while ((c = getopt(argc, argv, "n:s:M:m:p:t:H:T:Dh")) != -1) {
+    while ((c = getopt(argc, argv, "n:s:M:m:p:t:H:T:D:h")) != -1) {
         switch (c) {
         case 'n': opt.count       = strtoull(optarg, NULL, 0); break;
         case 's': opt.seed        = strtoull(optarg, NULL, 0); break;
@@ -741,7 +742,7 @@ int main(int argc, char **argv)
         case 'p': opt.hold_frac   = atof(optarg) / 100.0;      break;
         case 't': opt.hold_usec   = atof(optarg);              break;
         case 'H': opt.max_held    = strtoull(optarg, NULL, 0); break;
-        case 'D': opt.expect_desc = 1;                         break;
+        case 'D': opt.expect_desc = atol(optarg);              break;
         case 'T':
             opt.use_am  = strcmp(optarg, "tag") != 0;
             opt.use_tag = strcmp(optarg, "am") != 0;

@@ -8,7 +8,8 @@
 # receiver keeps a random quarter of the active-message data descriptors
 # (and defers a quarter of the rendezvous receives) for up to 2 ms, and
 # checks every byte on arrival and again on release. Eager active messages
-# must all arrive as data descriptors the receiver may keep (-D).
+# above UCX_REMAPRING_RX_INLINE (1 KiB) must arrive as data descriptors the
+# receiver may keep (-D); smaller ones arrive to be copied.
 # UCP_HOLD_COUNT overrides the message count, UCP_HOLD_ARGS adds options.
 #
 . "$(dirname "$0")/common.sh"
@@ -28,7 +29,7 @@ count=${UCP_HOLD_COUNT:-100000}
 note "ucp_hold -n $count ${UCP_HOLD_ARGS:-}over remapring"
 start=$SECONDS
 UCX_TLS=remapring,self UCX_LOG_LEVEL=info LD_PRELOAD=$REMAPRING_MODULE \
-    timeout 300 "$tmp/ucp_hold" -n "$count" -s 7 -D ${UCP_HOLD_ARGS:-} \
+    timeout 300 "$tmp/ucp_hold" -n "$count" -s 7 -D 1024 ${UCP_HOLD_ARGS:-} \
     > "$tmp/out" 2>&1
 rc=$?
 grep -v "UCX  INFO\|UCX  DIAG" "$tmp/out"

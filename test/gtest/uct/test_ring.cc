@@ -72,7 +72,9 @@ protected:
         unsigned init_blocks  = 8;
         unsigned grow_blocks  = 8;
         unsigned max_blocks   = 256;
+        unsigned inline_max   = 0;
         bool shm              = false; /* shm wire, table-only ring */
+        uct_remapring_ring_commit_t commit = UCT_REMAPRING_RING_COMMIT_TAIL;
     };
 
     void SetUp() override
@@ -108,7 +110,9 @@ protected:
         uct_remapring_ring_params_default(&ring_params);
         ring_params.nslots       = cfg.nslots;
         ring_params.headroom     = cfg.headroom;
+        ring_params.inline_max   = cfg.inline_max;
         ring_params.credit_batch = cfg.credit_batch;
+        ring_params.commit       = cfg.commit;
         if (cfg.shm) {
             m_shared_slots.assign(cfg.nslots, UINT32_MAX);
             ring_params.shared_slots = m_shared_slots.data();
@@ -195,9 +199,11 @@ protected:
         EXPECT_EQ(0u, (uintptr_t)rx.payload % UCT_REMAPRING_RING_PAYLOAD_ALIGN);
         m_sent_len.pop_front();
 
-        if (hold) {
+        if (hold && !rx.is_inline) {
             /* The headroom in front of the payload is ours to write */
             memset((char *)rx.payload - m_cfg.headroom, 0xee, m_cfg.headroom);
+        }
+        if (hold) {
             m_held.push_back({rx.payload, rx.length, m_recv_seq});
         }
         uct_remapring_ring_consume(m_ring, &rx, hold);
@@ -251,20 +257,23 @@ protected:
         return stats;
     }
 
-    /* Write a raw header at the tail and publish the tail past it */
+    /* Write a raw header stamped as of ring offset @a offset at the tail,
+     * and publish the tail past it (TAIL commit) */
     void
-    forge(uint64_t stamp, uint32_t length, uint8_t type, uint64_t tail_advance)
+    forge(uint64_t offset, uint32_t length, uint8_t type, uint64_t tail_advance)
     {
         uint64_t off = m_writer.tail;
         uct_remapring_ring_hdr_t hdr;
 
         memset(&hdr, 0, sizeof(hdr));
-        hdr.offset = stamp;
+        hdr.stamp  = offset ^ m_ring->nonce;
         hdr.length = length;
         hdr.type   = type;
         memcpy((char *)m_ring->view + (off & (m_ring->window_size - 1)), &hdr,
                sizeof(hdr));
-        uct_remapring_ring_ctl_store_tail(m_ctl, off + tail_advance);
+        if (m_cfg.commit == UCT_REMAPRING_RING_COMMIT_TAIL) {
+            uct_remapring_ring_ctl_store_tail(m_ctl, off + tail_advance);
+        }
     }
 
     void expect_rejected()
@@ -298,6 +307,78 @@ TEST_F(test_ring, basic)
     EXPECT_TRUE(recv(false));
     EXPECT_FALSE(recv(false));
     EXPECT_EQ(1u, ring_stats().nrecords);
+}
+
+/* Inline records carry the payload right after the header: an 8-byte
+ * message is one cache line. Descriptor records leave the reserve, where
+ * the headroom in front of the payload lies (the header included). */
+TEST_F(test_ring, layout_inline_and_descriptor)
+{
+    config cfg;
+    cfg.inline_max = 128;
+    cfg.headroom   = 80;
+    init(cfg);
+    uct_remapring_ring_rx_t rx;
+
+    ASSERT_EQ(UCS_OK, send(8));
+    ASSERT_EQ(UCS_OK, uct_remapring_ring_poll(m_ring, &rx));
+    EXPECT_TRUE(rx.is_inline);
+    EXPECT_EQ(64u, rx.next - rx.offset);
+    EXPECT_EQ(sizeof(uct_remapring_ring_hdr_t),
+              (uintptr_t)rx.payload % 64);
+    uct_remapring_ring_consume(m_ring, &rx, 0);
+    m_sent_len.pop_front();
+
+    ASSERT_EQ(UCS_OK, send(129));
+    ASSERT_EQ(UCS_OK, uct_remapring_ring_poll(m_ring, &rx));
+    EXPECT_FALSE(rx.is_inline);
+    /* the headroom is just the bytes between the record's start and the
+     * payload: header and reserve */
+    EXPECT_EQ(80u, (uintptr_t)rx.payload % cfg.block_size -
+                           (rx.offset % cfg.block_size));
+    EXPECT_EQ(256u, rx.next - rx.offset); /* align64(80 + 129) */
+    uct_remapring_ring_consume(m_ring, &rx, 0);
+    m_sent_len.pop_front();
+    m_recv_seq = m_send_seq;
+
+    /* a payload of inline_max is inline, one more byte is not */
+    ASSERT_EQ(UCS_OK, send(128));
+    ASSERT_EQ(UCS_OK, uct_remapring_ring_poll(m_ring, &rx));
+    EXPECT_TRUE(rx.is_inline);
+    EXPECT_EQ(192u, rx.next - rx.offset); /* align64(16 + 128) */
+}
+
+/* The stamp commit: no tail word is written, the reader takes a record once
+ * its stamp is there, and never one of an earlier lap */
+TEST_F(test_ring, stamp_commit)
+{
+    config cfg;
+    cfg.nslots     = 2;
+    cfg.commit     = UCT_REMAPRING_RING_COMMIT_STAMP;
+    cfg.inline_max = 256;
+    init(cfg);
+
+    for (int lap = 0; lap < 6; ++lap) {
+        while (send((m_send_seq % 3 == 0) ? 100 : 700) == UCS_OK) {
+        }
+        drain();
+        EXPECT_EQ(m_send_seq, m_recv_seq);
+    }
+    EXPECT_EQ(0u, uct_remapring_ring_ctl_load_tail(m_ctl));
+    EXPECT_TRUE(uct_remapring_ring_is_empty(m_ring));
+
+    /* behind the head lie last lap's records: not followed */
+    uct_remapring_ring_hdr_t old;
+    memcpy(&old, (char*)m_ring->view + (m_ring->head & (m_ring->window_size - 1)),
+           sizeof(old));
+    EXPECT_NE(m_ring->head ^ m_ring->nonce, old.stamp);
+    EXPECT_FALSE(recv(false));
+
+    /* a header stamped right but lying about its length is refused */
+    forge(m_writer.tail, (uint32_t)capacity() + 1,
+          UCT_REMAPRING_RING_REC_DATA, 0);
+    EXPECT_FALSE(uct_remapring_ring_is_empty(m_ring));
+    expect_rejected();
 }
 
 TEST_F(test_ring, iov_pieces)
@@ -676,7 +757,7 @@ TEST_F(test_ring, recycled_block_stale_records)
                    (m_writer.tail & (cfg.block_size - 1)),
            sizeof(old));
     EXPECT_EQ(UCT_REMAPRING_RING_REC_DATA, old.type);
-    EXPECT_EQ(m_writer.tail - m_ring->window_size, old.offset);
+    EXPECT_EQ(m_writer.tail - m_ring->window_size, old.stamp ^ m_ring->nonce);
 
     /* a tail published past them (a torn or lying write) must not make
      * them records */
@@ -772,7 +853,8 @@ TEST_F(test_ring, credit_batches)
     uint64_t prev = 0;
     std::vector<uint64_t> published;
     while (recv(false)) {
-        uint64_t r = uct_remapring_ring_ctl_load_released(m_ctl);
+        uint64_t r = uct_remapring_ring_ctl_load_limit(m_ctl) -
+                     m_ring->window_size;
         if (r != prev) {
             published.push_back(r);
             prev = r;
@@ -805,12 +887,24 @@ TEST_F(test_ring, destroy_with_holds)
     EXPECT_EQ(nblocks, pool_stats().nfree);
 }
 
-TEST_F(test_ring, two_threads)
+/* Writer and reader in two threads for a fixed time, records of every
+ * size, every 7th held; with the stamp commit the reader polls the writer's
+ * stores as they land */
+class test_ring_threads : public test_ring,
+                          public testing::WithParamInterface<int> {
+};
+
+TEST_P(test_ring_threads, two_threads)
 {
     config cfg;
     cfg.nslots       = 8;
     cfg.credit_batch = 2;
     cfg.max_blocks   = 64;
+    cfg.shm          = (GetParam() == 2);
+    if (GetParam() > 0) {
+        cfg.commit     = UCT_REMAPRING_RING_COMMIT_STAMP;
+        cfg.inline_max = 256;
+    }
     init(cfg);
     const auto duration = std::chrono::milliseconds(1500);
     std::atomic<bool> stop{false};
@@ -899,6 +993,16 @@ TEST_F(test_ring, two_threads)
            m_writer.stats.nno_resource);
     EXPECT_GT(ring_stats().nremaps, 0u);
 }
+
+static std::string commit_name(const testing::TestParamInfo<int> &info)
+{
+    static const char *names[] = {"tail", "stamp", "stamp_shm"};
+
+    return names[info.param];
+}
+
+INSTANTIATE_TEST_SUITE_P(commit, test_ring_threads, testing::Values(0, 1, 2),
+                         commit_name);
 
 
 /* Writer in a child process, writing through the cma wire into the parent's

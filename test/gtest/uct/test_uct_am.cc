@@ -4,8 +4,9 @@
  * Point-to-point active messages through UCT's public API: am_short,
  * am_bcopy and am_zcopy of every size from 0 to the limits the interface
  * reports (0, 1, 8, 63, 64, 65, 4095, 4096, ..., max), delivered in order,
- * every byte checked, with UCT_CB_PARAM_FLAG_DESC and a writable rx_headroom
- * (0 and 64 bytes), for 4 KiB and 64 KiB blocks, over the shm and cma
+ * every byte checked; above UCX_REMAPRING_RX_INLINE (1 KiB) with
+ * UCT_CB_PARAM_FLAG_DESC and a writable rx_headroom (0 and 64 bytes), below
+ * it without (to be copied), for 4 KiB and 64 KiB blocks, over the shm and cma
  * wires; zcopy headers and iovs of every count; sizes above the limits are
  * refused; the capabilities match the settings.
  */
@@ -59,8 +60,10 @@ protected:
 
         msg.data.assign((uint8_t*)data, (uint8_t*)data + length);
         msg.flags = flags;
-        /* the upper layer owns the headroom in front of the data */
-        memset((char*)data - self->m_headroom, 0xa5, self->m_headroom);
+        /* the upper layer owns the headroom in front of a descriptor */
+        if (flags & UCT_CB_PARAM_FLAG_DESC) {
+            memset((char*)data - self->m_headroom, 0xa5, self->m_headroom);
+        }
         self->m_rx.push_back(std::move(msg));
         return UCS_OK;
     }
@@ -101,7 +104,11 @@ protected:
     void check_rx(const rx_message &msg, size_t length, uint64_t seed,
                   size_t offset = 0)
     {
-        EXPECT_TRUE(msg.flags & UCT_CB_PARAM_FLAG_DESC);
+        /* up to UCX_REMAPRING_RX_INLINE (1 KiB) to be copied, larger ones
+         * with a descriptor to keep */
+        EXPECT_EQ(length + offset > 1024,
+                  !!(msg.flags & UCT_CB_PARAM_FLAG_DESC))
+                << "length " << length + offset;
         ASSERT_EQ(length + offset, msg.data.size());
         ssize_t bad = check_pattern(msg.data.data() + offset, length, seed);
         EXPECT_EQ(-1, bad) << "length " << length << " differs at byte "
@@ -276,7 +283,8 @@ TEST_P(test_uct_am, zcopy_sizes)
 
     wait_rx(expected.size());
     for (const auto &exp : expected) {
-        EXPECT_TRUE(m_rx.front().flags & UCT_CB_PARAM_FLAG_DESC);
+        EXPECT_EQ(exp.size() > 1024,
+                  !!(m_rx.front().flags & UCT_CB_PARAM_FLAG_DESC));
         ASSERT_EQ(exp.size(), m_rx.front().data.size());
         EXPECT_TRUE(exp == m_rx.front().data)
                 << "zcopy of " << exp.size() << " bytes differs";

@@ -197,7 +197,10 @@ TEST_F(test_uct_bad, iface_address)
         {"iface_id 0", [](iface_addr *a) { a->iface_id = 0; }},
         {"max payload 0", [](iface_addr *a) { a->max_payload = 0; }},
         {"max payload / 2", [](iface_addr *a) { a->max_payload /= 2; }},
-        {"max payload - 1", [](iface_addr *a) { --a->max_payload; }},
+        {"below what we send",
+         [&](iface_addr *a) {
+             a->max_payload = sender->attr.cap.am.max_bcopy - 1;
+         }},
     };
 
     {
@@ -410,9 +413,11 @@ TEST_F(test_uct_bad, rx_headroom_too_large)
     scoped_log_capture log;
     entity *e = nullptr;
 
-    EXPECT_EQ(UCS_ERR_INVALID_PARAM, try_create_entity({}, 4096, &e));
+    /* more than half a block in front of every payload */
+    EXPECT_EQ(UCS_ERR_INVALID_PARAM,
+              try_create_entity({{"BLOCK_SIZE", "64k"}}, 40000, &e));
     EXPECT_TRUE(log.contains("rx_headroom")) << log.all();
-    EXPECT_EQ(UCS_OK, try_create_entity({}, 128, &e));
+    EXPECT_EQ(UCS_OK, try_create_entity({}, 4096, &e));
 }
 
 } // namespace

@@ -70,6 +70,7 @@ protected:
             return UCS_OK;
         }
 
+        EXPECT_TRUE(flags & UCT_CB_PARAM_FLAG_DESC);
         self->m_held.push_back(data);
         return UCS_INPROGRESS;
     }
@@ -285,7 +286,7 @@ TEST_F(test_uct_failure, sender_killed_reclaimed)
     close(addr_fds[0]);
     close(done_fds[1]);
     m_children.push_back(pid);
-    entity *receiver = create_entity({{"MAX_PEERS", "1"}});
+    entity *receiver = create_entity({{"MAX_PEERS", "1"}, {"RX_INLINE", "0"}});
     ASSERT_NE(nullptr, receiver);
     ASSERT_EQ(UCS_OK, uct_iface_set_am_handler(receiver->iface, AM_ID,
                                                am_keep, this, 0));
@@ -334,7 +335,7 @@ TEST_F(test_uct_failure, sender_killed_reclaimed)
 
 TEST_F(test_uct_failure, sender_ep_destroyed_reclaimed)
 {
-    entity *receiver = create_entity({{"MAX_PEERS", "1"}});
+    entity *receiver = create_entity({{"MAX_PEERS", "1"}, {"RX_INLINE", "0"}});
     entity *s1       = create_entity();
     entity *s2       = create_entity();
 
@@ -382,7 +383,7 @@ TEST_F(test_uct_failure, no_pidfd_open)
         }
 
         /* in the child: m_entities is ours alone after the fork */
-        entity *receiver = create_entity({{"MAX_PEERS", "1"}});
+        entity *receiver = create_entity({{"MAX_PEERS", "1"}, {"RX_INLINE", "0"}});
         entity *sender   = create_entity();
         if ((receiver == nullptr) || (sender == nullptr) ||
             (uct_iface_set_am_handler(receiver->iface, AM_ID, am_keep, this,

@@ -194,6 +194,12 @@ protected:
             }
         }
 
+        /* the smallest records fill what is left: then not even the
+         * pending requests' fit */
+        while (uct_ep_am_short(ep, AM_ID, seq, NULL, 0) == UCS_OK) {
+            ++seq;
+        }
+
         reqs->resize(NUM_PENDING);
         for (int i = 0; i < NUM_PENDING; ++i) {
             request &req   = (*reqs)[i];

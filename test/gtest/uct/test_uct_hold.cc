@@ -1,7 +1,8 @@
 /**
  * Copyright (c) remapring contributors. See file LICENSE for terms.
  *
- * Messages kept by the upper layer: the AM handler returns UCS_INPROGRESS,
+ * Messages kept by the upper layer in place (UCX_REMAPRING_RX_INLINE=0: every
+ * message comes with a descriptor): the AM handler returns UCS_INPROGRESS,
  * writes into its rx_headroom like UCP does, and gives the descriptor back
  * later, out of order, with uct_iface_release_desc(). Over many laps of a
  * small ring (4 KiB blocks, 4 slots) every held message stays intact until
@@ -40,7 +41,8 @@ protected:
         m_headroom = GetParam();
         config_t cfg = {{"BLOCK_SIZE", "4k"},
                         {"RING_SLOTS", "4"},
-                        {"CREDIT_BATCH", "1"}};
+                        {"CREDIT_BATCH", "1"},
+                        {"RX_INLINE", "0"}};
         m_sender   = create_entity(cfg);
         m_receiver = create_entity(cfg, m_headroom);
         ASSERT_NE(nullptr, m_receiver);

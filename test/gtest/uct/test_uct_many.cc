@@ -84,6 +84,7 @@ protected:
                 << "sender " << sender << " seq " << seq;
         ++self->m_received;
         if ((seq % 7) == 0) {
+            EXPECT_TRUE(flags & UCT_CB_PARAM_FLAG_DESC);
             self->m_held.push_back(data);
             return UCS_INPROGRESS;
         }
@@ -115,8 +116,9 @@ TEST_F(test_uct_many, senders_in_one_process)
 {
     const unsigned nsenders = 4;
     const uint32_t count    = 3000;
+    /* every message with a descriptor, so that some are held in place */
     config_t cfg            = {{"BLOCK_SIZE", "16k"}, {"RING_SLOTS", "4"},
-                               {"CREDIT_BATCH", "2"}};
+                               {"CREDIT_BATCH", "2"}, {"RX_INLINE", "0"}};
     entity *receiver        = create_entity(cfg);
     std::vector<entity*> senders;
     std::vector<uct_ep_h> eps;
@@ -163,7 +165,7 @@ TEST_F(test_uct_many, forked_senders)
     const uint32_t count    = 2000;
     /* the same settings on both sides: max_bcopy follows the block size */
     const config_t cfg      = {{"BLOCK_SIZE", "16k"}, {"RING_SLOTS", "4"},
-                               {"CREDIT_BATCH", "2"}};
+                               {"CREDIT_BATCH", "2"}, {"RX_INLINE", "0"}};
     std::vector<pid_t> pids;
     std::vector<int> addr_fds;
 

@@ -36,10 +36,13 @@ protected:
             return;
         }
 
+        /* every message with a descriptor, so that holding them fills the
+         * pool */
         config_t cfg = {{"BLOCK_SIZE", "4k"},
                         {"RING_SLOTS", "4"},
                         {"POOL_MAX", "16k"},
-                        {"CREDIT_BATCH", "1"}};
+                        {"CREDIT_BATCH", "1"},
+                        {"RX_INLINE", "0"}};
         m_sender   = create_entity(cfg);
         m_receiver = create_entity(cfg);
         ASSERT_NE(nullptr, m_receiver);
@@ -73,6 +76,7 @@ protected:
             return UCS_OK;
         }
 
+        EXPECT_TRUE(flags & UCT_CB_PARAM_FLAG_DESC);
         self->m_held.push_back(data);
         return UCS_INPROGRESS;
     }

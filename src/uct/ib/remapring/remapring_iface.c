@@ -115,9 +115,18 @@ static ucs_config_field_t uct_remapring_iface_config_table[] = {
      ucs_offsetof(uct_remapring_iface_config_t, max_peers),
      UCS_CONFIG_TYPE_UINT},
 
+    {"RX_INLINE", "1k",
+     "Largest message delivered to the upper layer to be copied, as the data\n"
+     "inline in UCX's shared memory FIFOs, rather than with a descriptor it\n"
+     "may keep in place: a kept small message then never holds receive pool\n"
+     "memory (UCP copies it into its own right-sized buffers). At most 4k;\n"
+     "0 keeps every message in place.",
+     ucs_offsetof(uct_remapring_iface_config_t, rx_inline),
+     UCS_CONFIG_TYPE_MEMUNITS},
+
     {"MAX_SHORT", "2k",
      "Largest payload of an active message sent with am_short (8 bytes of\n"
-     "header included).",
+     "header included); at most half of BLOCK_SIZE.",
      ucs_offsetof(uct_remapring_iface_config_t, max_short),
      UCS_CONFIG_TYPE_MEMUNITS},
 
@@ -154,8 +163,6 @@ ucs_status_t
 uct_remapring_iface_config_check(const uct_remapring_iface_config_t *config)
 {
     size_t page_size = ucs_get_page_size();
-    uct_remapring_ring_layout_t layout;
-    size_t max_payload;
 
     if ((config->block_size == UCS_MEMUNITS_INF) ||
         (config->block_size == UCS_MEMUNITS_AUTO) ||
@@ -190,14 +197,17 @@ uct_remapring_iface_config_check(const uct_remapring_iface_config_t *config)
         return UCS_ERR_INVALID_PARAM;
     }
 
-    uct_remapring_ring_layout_init(&layout, UCT_REMAPRING_RING_HEADROOM, 1,
-                                   0);
-    max_payload = uct_remapring_ring_max_payload(config->block_size, &layout);
     if ((config->max_short < sizeof(uint64_t)) ||
-        (config->max_short > max_payload)) {
+        (config->max_short > config->block_size / 2)) {
         ucs_error("remapring: UCX_REMAPRING_MAX_SHORT=%zu must be between 8 and"
-                  " the largest payload of a block (%zu)", config->max_short,
-                  max_payload);
+                  " half of UCX_REMAPRING_BLOCK_SIZE (%zu)", config->max_short,
+                  config->block_size / 2);
+        return UCS_ERR_INVALID_PARAM;
+    }
+
+    if (config->rx_inline > UCT_REMAPRING_RX_INLINE_MAX) {
+        ucs_error("remapring: UCX_REMAPRING_RX_INLINE=%zu must be at most %d",
+                  config->rx_inline, UCT_REMAPRING_RX_INLINE_MAX);
         return UCS_ERR_INVALID_PARAM;
     }
 
@@ -475,10 +485,16 @@ static void uct_remapring_rx_conn_accept(uct_remapring_iface_t *iface,
 
     uct_remapring_ring_params_default(&params);
     params.nslots       = iface->rx.nslots;
-    params.headroom     = UCT_REMAPRING_RING_HEADROOM;
-    params.align        = iface->rx.align;
-    params.align_offset = iface->rx.align_offset;
+    params.headroom     = iface->rx.headroom;
+    params.inline_max   = iface->rx.layout.inline_max;
+    params.align        = iface->rx.layout.align;
+    params.align_offset = iface->rx.layout.align_offset;
     params.credit_batch = iface->rx.credit_batch;
+    /* stores into shared memory land in order, a write of the kernel's (or
+     * a NIC's) may not */
+    params.commit       = (conn->wire == UCT_REMAPRING_WIRE_SHM) ?
+                          UCT_REMAPRING_RING_COMMIT_STAMP :
+                          UCT_REMAPRING_RING_COMMIT_TAIL;
     params.shared_slots = uct_remapring_ctl_slot_table(iface->rx.ctl.ctl,
                                                        index);
     /* a sender on the shm wire follows the slot table only: held blocks
@@ -559,14 +575,24 @@ static unsigned uct_remapring_rx_conn_poll(uct_remapring_iface_t *iface,
             return count;
         }
 
-        /* every message is delivered in place, with a descriptor the upper
-         * layer may keep: its release callback sits right before the
-         * upper layer's headroom, inside the record's headroom */
+        uct_iface_trace_am(&iface->super, UCT_AM_TRACE_TYPE_RECV, rx.am_id,
+                           rx.payload, rx.length, "RX: AM");
+        if (rx.is_inline) {
+            /* a small message is delivered in place to be copied, as the
+             * data inline in UCX's shared memory FIFOs: it never holds
+             * ring memory */
+            uct_iface_invoke_am(&iface->super, rx.am_id, rx.payload,
+                                rx.length, 0);
+            uct_remapring_ring_consume(ring, &rx, 0);
+            continue;
+        }
+
+        /* a larger one in place, with a descriptor the upper layer may
+         * keep: its release callback sits right before the upper layer's
+         * headroom, in the record's reserve */
         uct_recv_desc(UCS_PTR_BYTE_OFFSET(rx.payload,
                                           -(ptrdiff_t)iface->rx.rx_headroom))
                 = &iface->rx.release_desc;
-        uct_iface_trace_am(&iface->super, UCT_AM_TRACE_TYPE_RECV, rx.am_id,
-                           rx.payload, rx.length, "RX: AM");
         status = uct_iface_invoke_am(&iface->super, rx.am_id, rx.payload,
                                      rx.length, UCT_CB_PARAM_FLAG_DESC);
         uct_remapring_ring_consume(ring, &rx, status == UCS_INPROGRESS);
@@ -576,7 +602,7 @@ static unsigned uct_remapring_rx_conn_poll(uct_remapring_iface_t *iface,
         /* empty: arm the doorbell, then look once more, as the sender may
          * have published before it could see the arming (remapring_conn.h) */
         uct_remapring_ctl_arm(&iface->rx.ctl, index);
-        if (uct_remapring_ring_ctl_load_tail(&conn->ring) == ring->head) {
+        if (uct_remapring_ring_is_empty(ring)) {
             uct_remapring_rx_set_idle(rx_conn);
             uct_remapring_ring_flush_credits(ring);
             if (uct_remapring_conn_state(conn) == UCT_REMAPRING_CONN_CLOSED) {
@@ -718,8 +744,7 @@ uct_remapring_iface_perf_init(uct_remapring_iface_t *iface,
 /* The AM payload alignment the upper layer asked for (1: none) */
 static ucs_status_t
 uct_remapring_iface_am_alignment(const uct_iface_params_t *params,
-                                 size_t block_size, unsigned *align_p,
-                                 unsigned *offset_p)
+                                 unsigned *align_p, unsigned *offset_p)
 {
     size_t align, offset;
     ucs_status_t status;
@@ -750,15 +775,6 @@ uct_remapring_iface_am_alignment(const uct_iface_params_t *params,
         return UCS_ERR_INVALID_PARAM;
     }
 
-    if (!uct_remapring_ring_geometry_valid(block_size, 2,
-                                           UCT_REMAPRING_RING_HEADROOM, align,
-                                           offset)) {
-        ucs_error("remapring: AM alignment %zu leaves too little of a block"
-                  " of %zu bytes (UCX_REMAPRING_BLOCK_SIZE)", align,
-                  block_size);
-        return UCS_ERR_INVALID_PARAM;
-    }
-
     *align_p  = align;
     *offset_p = offset;
     return UCS_OK;
@@ -774,6 +790,7 @@ static UCS_CLASS_INIT_FUNC(uct_remapring_iface_t, uct_md_h md,
     uct_remapring_pool_params_t pool_params;
     uct_remapring_ctl_params_t ctl_params;
     uct_remapring_ring_layout_t layout;
+    unsigned align, align_offset;
     ucs_status_t status;
     unsigned index;
 
@@ -808,35 +825,43 @@ static UCS_CLASS_INIT_FUNC(uct_remapring_iface_t, uct_md_h md,
     self->rx.rx_headroom = (params->field_mask &
                             UCT_IFACE_PARAM_FIELD_RX_HEADROOM) ?
                            params->rx_headroom : 0;
-    if (self->rx.rx_headroom + sizeof(uct_recv_desc_t*) >
-        UCT_REMAPRING_RING_HEADROOM) {
-        ucs_error("remapring: rx_headroom %u is larger than the %zu bytes"
-                  " a ring record leaves", self->rx.rx_headroom,
-                  UCT_REMAPRING_RING_HEADROOM - sizeof(uct_recv_desc_t*));
-        return UCS_ERR_INVALID_PARAM;
-    }
-
-    status = uct_remapring_iface_am_alignment(params, config->block_size,
-                                              &self->rx.align,
-                                              &self->rx.align_offset);
+    status = uct_remapring_iface_am_alignment(params, &align, &align_offset);
     if (status != UCS_OK) {
         return status;
     }
 
-    uct_remapring_ring_layout_init(&layout, UCT_REMAPRING_RING_HEADROOM,
-                                   self->rx.align, self->rx.align_offset);
+    /* in front of a kept payload: the upper layer's headroom, and our
+     * release descriptor before it */
+    self->rx.headroom = self->rx.rx_headroom + sizeof(uct_recv_desc_t*);
+    uct_remapring_ring_layout_init(&self->rx.layout, self->rx.headroom,
+                                   config->rx_inline, align, align_offset);
+    if (!uct_remapring_ring_geometry_valid(config->block_size,
+                                           config->ring_slots,
+                                           &self->rx.layout)) {
+        ucs_error("remapring: rx_headroom %u and AM alignment %u leave too"
+                  " little of a block of %zu bytes (UCX_REMAPRING_BLOCK_SIZE)",
+                  self->rx.rx_headroom, align, config->block_size);
+        return UCS_ERR_INVALID_PARAM;
+    }
+
     self->id                 = ucs_generate_uuid((uintptr_t)self);
     self->progress_calls     = 0;
     self->rx.nslots          = config->ring_slots;
     self->rx.credit_batch    = config->credit_batch;
     self->rx.nconns          = 0;
     self->rx.max_payload     = uct_remapring_ring_max_payload(
-                                       config->block_size, &layout);
+                                       config->block_size, &self->rx.layout);
     self->rx.release_desc.cb = uct_remapring_iface_release_desc;
     self->tx.wire            = config->wire;
     self->tx.dispatching     = NULL;
-    /* what we send, our own rings take: peers alike are reachable */
-    self->tx.max_bcopy       = self->rx.max_payload;
+    /* what we send, a receiver whose headroom is at most
+     * UCT_REMAPRING_HEADROOM_MAX takes: peers of one UCX, whatever headroom
+     * each interface was opened with, are reachable */
+    uct_remapring_ring_layout_init(&layout, UCT_REMAPRING_HEADROOM_MAX, 0,
+                                   align, align_offset);
+    self->tx.max_bcopy       = ucs_min(uct_remapring_ring_max_payload(
+                                               config->block_size, &layout),
+                                       self->rx.max_payload);
     self->tx.max_short       = ucs_min(config->max_short, self->tx.max_bcopy);
     uct_remapring_iface_perf_init(self, config);
     ucs_list_head_init(&self->rx.active);

@@ -18,9 +18,12 @@
 /** The one device the transport offers: this host's memory. */
 #define UCT_REMAPRING_DEVICE_NAME "memory"
 
-/** Receive headroom every ring leaves in front of a payload: the upper
- *  layer's rx_headroom and the release descriptor pointer must fit in it. */
-#define UCT_REMAPRING_RING_HEADROOM 256
+/** Largest UCX_REMAPRING_RX_INLINE */
+#define UCT_REMAPRING_RX_INLINE_MAX 4096
+
+/** The headroom in front of a payload that sizes the largest message an
+ *  interface sends: every receiver with at most this much takes it */
+#define UCT_REMAPRING_HEADROOM_MAX  256
 
 
 /**
@@ -35,6 +38,7 @@ typedef struct uct_remapring_iface_config {
     unsigned                  credit_batch; /* slots released per credit */
     unsigned                  max_peers;    /* senders one iface accepts */
     size_t                    max_short;    /* largest am_short payload */
+    size_t                    rx_inline;    /* delivered to be copied */
     double                    bandwidth;    /* reported to UCP, or auto */
     ucs_time_t                latency;      /* reported to UCP, or auto */
     ucs_time_t                overhead;     /* reported to UCP, or auto */
@@ -83,9 +87,9 @@ struct uct_remapring_iface {
         unsigned                 rx_headroom;
         unsigned                 credit_batch;
         unsigned                 nslots;
-        unsigned                 align;       /* AM payload alignment */
-        unsigned                 align_offset;
-        size_t                   max_payload; /* of our rings' records */
+        unsigned                 headroom;    /* in front of a payload */
+        uct_remapring_ring_layout_t layout;   /* of our rings' records */
+        size_t                   max_payload;
     } rx;
     struct {
         khash_t(uct_remapring_peers) peers;  /* by receiver iface id */

@@ -15,24 +15,23 @@
 
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <sys/mman.h>
+#include <sys/random.h>
 
 
 int uct_remapring_ring_geometry_valid(size_t block_size, unsigned nslots,
-                                      uint32_t headroom, uint32_t align,
-                                      uint32_t align_offset)
+                                      const uct_remapring_ring_layout_t *layout)
 {
-    uct_remapring_ring_layout_t layout;
-
     if (!ucs_is_pow2(block_size) || (block_size < 4096) ||
-        !ucs_is_pow2(nslots) || (nslots < 2) || (align == 0) ||
-        !ucs_is_pow2(align) || (align > 4096) || (align_offset >= align) ||
-        (headroom > block_size)) {
+        !ucs_is_pow2(nslots) || (nslots < 2) || (layout->align == 0) ||
+        !ucs_is_pow2(layout->align) || (layout->align > 4096) ||
+        (layout->align_offset >= layout->align) ||
+        (layout->inline_max > 4096) || (layout->reserve > block_size)) {
         return 0;
     }
 
-    uct_remapring_ring_layout_init(&layout, headroom, align, align_offset);
-    return uct_remapring_ring_max_payload(block_size, &layout) >=
+    return uct_remapring_ring_max_payload(block_size, layout) >=
            block_size / 2;
 }
 
@@ -40,9 +39,11 @@ void uct_remapring_ring_params_default(uct_remapring_ring_params_t *params)
 {
     params->nslots       = 16;
     params->headroom     = 256;
+    params->inline_max   = 0;
     params->align        = 1;
     params->align_offset = 0;
     params->credit_batch = 4;
+    params->commit       = UCT_REMAPRING_RING_COMMIT_TAIL;
     params->shared_slots = NULL;
     params->remap_view   = 1;
     params->name         = NULL;
@@ -77,7 +78,8 @@ uct_remapring_ring_cpu_addr(const uct_remapring_ring_t *ring, uint64_t offset)
 
 static void uct_remapring_ring_publish(uct_remapring_ring_t *ring)
 {
-    uct_remapring_ring_ctl_store_released(ring->ctl, ring->credited);
+    uct_remapring_ring_ctl_store_limit(ring->ctl,
+                                       ring->credited + ring->window_size);
     ring->published = ring->credited;
     ring->stats.ncredits++;
 }
@@ -140,13 +142,27 @@ static void uct_remapring_ring_credit(uct_remapring_ring_t *ring)
         ring->waiting = 0;
     }
 
-    /* Publish a full batch, or anything pending once the reader has caught
-     * up with the tail it saw: nothing more would complete a slot until the
-     * writer writes again, and it may be waiting for exactly these credits */
-    if ((ring->credited - ring->published >= ring->credit_batch) ||
-        ((ring->credited != ring->published) && (ring->head == ring->tail))) {
+    /* Publish a full batch; what is left goes when a poll finds the ring
+     * empty: nothing more would complete a slot until the writer writes
+     * again, and it may be waiting for exactly these credits */
+    if (ring->credited - ring->published >= ring->credit_batch) {
         uct_remapring_ring_publish(ring);
     }
+}
+
+/* Random bits: a stamp must only be unlikely to appear by chance */
+static uint64_t uct_remapring_ring_make_nonce(const void *seed)
+{
+    struct timespec ts;
+    uint64_t nonce;
+
+    if (getrandom(&nonce, sizeof(nonce), GRND_NONBLOCK) != sizeof(nonce)) {
+        clock_gettime(CLOCK_MONOTONIC, &ts);
+        nonce = ((uint64_t)ts.tv_nsec << 32) ^ ts.tv_sec ^ (uintptr_t)seed;
+        nonce *= 0x9e3779b97f4a7c15ull;
+    }
+
+    return nonce;
 }
 
 ucs_status_t
@@ -155,19 +171,25 @@ uct_remapring_ring_create(uct_remapring_pool_t *pool,
                           uct_remapring_ring_ctl_t *ctl,
                           uct_remapring_ring_t **ring_p)
 {
+    uct_remapring_ring_layout_t layout;
     uct_remapring_ring_t *ring;
     ucs_status_t status;
     unsigned i, run;
 
+    uct_remapring_ring_layout_init(&layout, params->headroom,
+                                   params->inline_max, params->align,
+                                   params->align_offset);
     if (!uct_remapring_ring_geometry_valid(pool->block_size, params->nslots,
-                                           params->headroom, params->align,
-                                           params->align_offset) ||
+                                           &layout) ||
+        ((params->commit != UCT_REMAPRING_RING_COMMIT_TAIL) &&
+         (params->commit != UCT_REMAPRING_RING_COMMIT_STAMP)) ||
         (!params->remap_view && (params->shared_slots == NULL)) ||
         (((uintptr_t)ctl % UCT_REMAPRING_RING_ALIGN) != 0)) {
-        ucs_error("invalid ring parameters: nslots %u headroom %u align %u"
-                  " offset %u block size %zu ctl %p",
-                  params->nslots, params->headroom, params->align,
-                  params->align_offset, pool->block_size, ctl);
+        ucs_error("invalid ring parameters: nslots %u headroom %u inline %u"
+                  " align %u offset %u commit %d block size %zu ctl %p",
+                  params->nslots, params->headroom, params->inline_max,
+                  params->align, params->align_offset, params->commit,
+                  pool->block_size, ctl);
         return UCS_ERR_INVALID_PARAM;
     }
 
@@ -183,9 +205,9 @@ uct_remapring_ring_create(uct_remapring_pool_t *pool,
     ring->block_shift    = pool->block_shift;
     ring->nslots         = params->nslots;
     ring->window_size    = (size_t)params->nslots << pool->block_shift;
-    ring->headroom       = params->headroom;
-    uct_remapring_ring_layout_init(&ring->layout, params->headroom,
-                                   params->align, params->align_offset);
+    ring->layout         = layout;
+    ring->commit         = params->commit;
+    ring->nonce          = uct_remapring_ring_make_nonce(ring);
     ring->credit_batch =
             (uint64_t)ucs_max(1u, ucs_min(params->credit_batch, params->nslots))
             << pool->block_shift;
@@ -245,19 +267,26 @@ uct_remapring_ring_create(uct_remapring_pool_t *pool,
         }
     }
 
+    /* a recycled block holds old records, never followed: their stamps
+     * are of other offsets or of another ring's nonce */
     memset(ctl, 0, sizeof(*ctl));
-    ctl->info.magic      = UCT_REMAPRING_RING_CTL_MAGIC;
-    ctl->info.view_addr  = (uintptr_t)ring->view;
-    ctl->info.block_size = (uint32_t)ring->block_size;
-    ctl->info.nslots     = ring->nslots;
-    ctl->info.headroom     = ring->headroom;
+    ctl->info.magic        = UCT_REMAPRING_RING_CTL_MAGIC;
+    ctl->info.view_addr    = (uintptr_t)ring->view;
+    ctl->info.nonce        = ring->nonce;
+    ctl->info.block_size   = (uint32_t)ring->block_size;
+    ctl->info.nslots       = ring->nslots;
+    ctl->info.reserve      = ring->layout.reserve;
+    ctl->info.inline_max   = ring->layout.inline_max;
     ctl->info.align        = ring->layout.align;
     ctl->info.align_offset = ring->layout.align_offset;
+    ctl->info.commit       = ring->commit;
     uct_remapring_ring_ctl_store_tail(ctl, 0);
-    uct_remapring_ring_ctl_store_released(ctl, 0);
+    uct_remapring_ring_ctl_store_limit(ctl, ring->window_size);
 
-    ucs_debug("ring %p view %p slots %u of %zu bytes headroom %u pool %p", ring,
-              ring->view, ring->nslots, ring->block_size, ring->headroom, pool);
+    ucs_debug("ring %s view %p slots %u of %zu bytes reserve %u inline %u"
+              " commit %d pool %p", ring->name, ring->view, ring->nslots,
+              ring->block_size, ring->layout.reserve, ring->layout.inline_max,
+              ring->commit, pool);
     *ring_p = ring;
     return UCS_OK;
 
@@ -294,20 +323,68 @@ static ucs_status_t uct_remapring_ring_bad(uct_remapring_ring_t *ring,
                                            const char *what,
                                            const uct_remapring_ring_hdr_t *hdr)
 {
-    ucs_error("ring %s: bad record at offset %lu (tail %lu): %s; stamp %lu "
-              "length %u type 0x%x",
-              ring->name, ring->head, ring->tail, what, hdr->offset, hdr->length,
-              hdr->type);
+    ucs_error("ring %s: bad record at offset %lu (limit %lu): %s; stamp"
+              " 0x%lx length %u type 0x%x",
+              ring->name, ring->head, ring->published + ring->window_size,
+              what, hdr->stamp ^ ring->nonce, hdr->length, hdr->type);
     ring->status = UCS_ERR_IO_ERROR;
     return ring->status;
+}
+
+/* TAIL commit: load a new tail when the head reached the last one; false if
+ * there is none (or it is bad: ring->status says) */
+static int uct_remapring_ring_load_tail(uct_remapring_ring_t *ring)
+{
+    uint64_t tail = uct_remapring_ring_ctl_load_tail(ring->ctl);
+
+    if (tail == ring->tail) {
+        return 0;
+    }
+
+    if ((tail < ring->tail) ||
+        (tail > ring->published + ring->window_size) ||
+        ((tail % UCT_REMAPRING_RING_ALIGN) != 0)) {
+        ucs_error("ring %s: bad tail %lu: head %lu limit %lu", ring->name,
+                  tail, ring->head, ring->published + ring->window_size);
+        ring->status = UCS_ERR_IO_ERROR;
+        return 0;
+    }
+
+    ring->tail = tail;
+    return 1;
+}
+
+/* Whether a record is committed at the head; STAMP commit reads the stamp
+ * with acquire: the rest of the record may be read after it */
+static UCS_F_ALWAYS_INLINE int
+uct_remapring_ring_committed(uct_remapring_ring_t *ring, const void *rec)
+{
+    if (ring->commit == UCT_REMAPRING_RING_COMMIT_STAMP) {
+        return __atomic_load_n((const uint64_t*)rec, __ATOMIC_ACQUIRE) ==
+               (ring->head ^ ring->nonce);
+    }
+
+    return (ring->head != ring->tail) || uct_remapring_ring_load_tail(ring);
+}
+
+int uct_remapring_ring_is_empty(uct_remapring_ring_t *ring)
+{
+    const void *rec = uct_remapring_ring_cpu_addr(ring, ring->head);
+
+    if (ring->commit == UCT_REMAPRING_RING_COMMIT_STAMP) {
+        return __atomic_load_n((const uint64_t*)rec, __ATOMIC_ACQUIRE) !=
+               (ring->head ^ ring->nonce);
+    }
+
+    return uct_remapring_ring_ctl_load_tail(ring->ctl) == ring->head;
 }
 
 ucs_status_t
 uct_remapring_ring_poll(uct_remapring_ring_t *ring, uct_remapring_ring_rx_t *rx)
 {
     uint64_t pos_mask = ring->block_size - 1;
+    uint64_t limit, pos, size, end;
     uct_remapring_ring_hdr_t hdr;
-    uint64_t tail, pos, size;
     char *rec;
 
     if (ucs_unlikely(ring->status != UCS_OK)) {
@@ -315,66 +392,57 @@ uct_remapring_ring_poll(uct_remapring_ring_t *ring, uct_remapring_ring_rx_t *rx)
     }
 
     for (;;) {
-        if (ring->head == ring->tail) {
-            tail = uct_remapring_ring_ctl_load_tail(ring->ctl);
-            if (tail == ring->tail) {
-                if (ring->credited != ring->published) {
-                    uct_remapring_ring_publish(ring);
-                }
-                return UCS_ERR_NO_PROGRESS;
-            }
-
-            if ((tail < ring->tail) ||
-                (tail > ring->published + ring->window_size) ||
-                ((tail % UCT_REMAPRING_RING_ALIGN) != 0)) {
-                ucs_error("ring %s: bad tail %lu: head %lu released %lu "
-                          "window %zu",
-                          ring->name, tail, ring->head, ring->published,
-                          ring->window_size);
-                ring->status = UCS_ERR_IO_ERROR;
+        rec = uct_remapring_ring_cpu_addr(ring, ring->head);
+        if (!uct_remapring_ring_committed(ring, rec)) {
+            if (ucs_unlikely(ring->status != UCS_OK)) {
                 return ring->status;
             }
 
-            ring->tail = tail;
+            if (ring->credited != ring->published) {
+                uct_remapring_ring_publish(ring);
+            }
+            return UCS_ERR_NO_PROGRESS;
         }
 
-        /* Everything below ring->tail was written before the tail was
-         * published (load-acquire above). Copy the header once: the peer
+        /* The record is committed (above). Copy the header once: the peer
          * can still scribble on it, and a check must hold for the value
          * that is used */
-        pos = ring->head & pos_mask;
-        rec = uct_remapring_ring_cpu_addr(ring, ring->head);
         memcpy(&hdr, rec, sizeof(hdr));
-
-        if (hdr.offset != ring->head) {
+        if (hdr.stamp != (ring->head ^ ring->nonce)) {
             return uct_remapring_ring_bad(ring, "wrong offset stamp", &hdr);
         }
 
+        /* the writer may have written below the tail (TAIL) or the limit */
+        limit = (ring->commit == UCT_REMAPRING_RING_COMMIT_TAIL) ?
+                ring->tail : (ring->published + ring->window_size);
+        pos   = ring->head & pos_mask;
         if (hdr.type == UCT_REMAPRING_RING_REC_DATA) {
             size = uct_remapring_ring_record_size(&ring->layout, ring->head,
                                                   hdr.length);
+            end  = ring->head + size;
             if (pos + size > ring->block_size) {
                 return uct_remapring_ring_bad(ring, "length past the slot",
                                               &hdr);
+            } else if (end > limit) {
+                return uct_remapring_ring_bad(ring, "length past the tail or"
+                                              " limit", &hdr);
             }
 
-            if (ring->head + size > ring->tail) {
-                return uct_remapring_ring_bad(ring, "length past the tail",
-                                              &hdr);
-            }
-
-            rx->payload = rec + (uct_remapring_ring_payload_pos(&ring->layout,
-                                                                ring->head) -
-                                 ring->head);
-            rx->length  = hdr.length;
-            rx->am_id   = hdr.am_id;
-            rx->flags   = hdr.flags;
-            rx->offset  = ring->head;
-            rx->next    = ring->head + size;
+            rx->payload   = rec + (uct_remapring_ring_payload_pos(
+                                           &ring->layout, ring->head,
+                                           hdr.length) -
+                                   ring->head);
+            rx->length    = hdr.length;
+            rx->am_id     = hdr.am_id;
+            rx->flags     = hdr.flags;
+            rx->is_inline = uct_remapring_ring_is_inline(&ring->layout,
+                                                         hdr.length);
+            rx->offset    = ring->head;
+            rx->next      = end;
             return UCS_OK;
         } else if (hdr.type == UCT_REMAPRING_RING_REC_PAD) {
             if ((hdr.length != ring->block_size - pos) ||
-                (ring->head + hdr.length > ring->tail)) {
+                (ring->head + hdr.length > limit)) {
                 return uct_remapring_ring_bad(ring, "bad pad length", &hdr);
             }
 
@@ -467,15 +535,27 @@ uct_remapring_ring_writer_init(uct_remapring_ring_writer_t *writer,
 {
     size_t window_size = (size_t)info->block_size * info->nslots;
 
+    uct_remapring_ring_layout_t layout = {
+        .reserve      = info->reserve,
+        .inline_max   = info->inline_max,
+        .align        = info->align,
+        .align_offset = info->align_offset
+    };
+
     if ((info->magic != UCT_REMAPRING_RING_CTL_MAGIC) ||
         !uct_remapring_ring_geometry_valid(info->block_size, info->nslots,
-                                           info->headroom, info->align,
-                                           info->align_offset) ||
-        (window_size != wire->window_size)) {
+                                           &layout) ||
+        ((info->reserve % UCT_REMAPRING_RING_PAYLOAD_ALIGN) != 0) ||
+        (window_size != wire->window_size) ||
+        ((info->commit != UCT_REMAPRING_RING_COMMIT_TAIL) &&
+         ((info->commit != UCT_REMAPRING_RING_COMMIT_STAMP) ||
+          !wire->can_stamp))) {
         ucs_error("invalid ring info: magic 0x%lx block size %u nslots %u "
-                  "headroom %u align %u offset %u, wire window %zu",
-                  info->magic, info->block_size, info->nslots, info->headroom,
-                  info->align, info->align_offset, wire->window_size);
+                  "reserve %u inline %u align %u offset %u commit %u, wire"
+                  " window %zu%s", info->magic, info->block_size,
+                  info->nslots, info->reserve, info->inline_max, info->align,
+                  info->align_offset, info->commit, wire->window_size,
+                  wire->can_stamp ? "" : " (no stamp commit)");
         return UCS_ERR_INVALID_PARAM;
     }
 
@@ -484,12 +564,39 @@ uct_remapring_ring_writer_init(uct_remapring_ring_writer_t *writer,
     writer->tail           = 0;
     writer->block_size     = info->block_size;
     writer->window_size    = window_size;
-    uct_remapring_ring_layout_init(&writer->layout, info->headroom,
-                                   info->align, info->align_offset);
+    writer->layout      = layout;
+    writer->nonce       = info->nonce;
+    writer->commit      = (uct_remapring_ring_commit_t)info->commit;
     writer->max_payload = uct_remapring_ring_max_payload(info->block_size,
-                                                         &writer->layout);
-    writer->limit = uct_remapring_wire_released_head(wire) + window_size;
+                                                         &layout);
+    writer->limit       = uct_remapring_wire_limit(wire);
     return UCS_OK;
+}
+
+/* A segment for @a length bytes of @a buffer at ring offset @a offset */
+static UCS_F_ALWAYS_INLINE void
+uct_remapring_ring_seg(uct_remapring_wire_seg_t *seg, uint64_t offset,
+                       const void *buffer, size_t length, int commit)
+{
+    seg->offset = offset;
+    seg->buffer = buffer;
+    seg->length = (uint32_t)length;
+    seg->commit = commit;
+}
+
+/* A header of @a type at ring offset @a offset */
+static UCS_F_ALWAYS_INLINE void
+uct_remapring_ring_writer_hdr(const uct_remapring_ring_writer_t *writer,
+                              uct_remapring_ring_hdr_t *hdr, uint64_t offset,
+                              uint8_t type, uint32_t length, uint8_t am_id,
+                              uint8_t flags)
+{
+    hdr->stamp    = offset ^ writer->nonce;
+    hdr->length   = length;
+    hdr->type     = type;
+    hdr->am_id    = am_id;
+    hdr->flags    = flags;
+    hdr->reserved = 0;
 }
 
 ucs_status_t uct_remapring_ring_writer_send(uct_remapring_ring_writer_t *writer,
@@ -499,7 +606,7 @@ ucs_status_t uct_remapring_ring_writer_send(uct_remapring_ring_writer_t *writer,
 {
     uct_remapring_wire_seg_t segs[UCT_REMAPRING_WIRE_MAX_SEGS];
     uct_remapring_ring_hdr_t pad, hdr;
-    uint64_t offset, size, room, end, pos;
+    uint64_t offset, size, room, pos;
     unsigned nsegs = 0;
     size_t i, length;
     ucs_status_t status;
@@ -525,48 +632,30 @@ ucs_status_t uct_remapring_ring_writer_send(uct_remapring_ring_writer_t *writer,
     size   = uct_remapring_ring_record_size(&writer->layout, offset, length);
     room   = writer->block_size - (offset & (writer->block_size - 1));
 
-    if (size > room) {
-        pad.offset         = offset;
-        pad.length         = (uint32_t)room;
-        pad.type           = UCT_REMAPRING_RING_REC_PAD;
-        pad.am_id          = 0;
-        pad.flags          = 0;
-        pad.reserved       = 0;
-        segs[nsegs].offset = offset;
-        segs[nsegs].buffer = &pad;
-        segs[nsegs].length = sizeof(pad);
-        ++nsegs;
+    if (ucs_unlikely(size > room)) {
+        uct_remapring_ring_writer_hdr(writer, &pad, offset,
+                                      UCT_REMAPRING_RING_REC_PAD, room, 0, 0);
+        uct_remapring_ring_seg(&segs[nsegs++], offset, &pad, sizeof(pad), 1);
         offset += room;
-        size     = uct_remapring_ring_record_size(&writer->layout, offset,
-                                                  length);
+        size    = uct_remapring_ring_record_size(&writer->layout, offset,
+                                                 length);
         writer->stats.npads++;
     }
 
-    end = offset + size;
-
-    hdr.offset         = offset;
-    hdr.length         = (uint32_t)length;
-    hdr.type           = UCT_REMAPRING_RING_REC_DATA;
-    hdr.am_id          = am_id;
-    hdr.flags          = flags;
-    hdr.reserved       = 0;
-    segs[nsegs].offset = offset;
-    segs[nsegs].buffer = &hdr;
-    segs[nsegs].length = sizeof(hdr);
-    ++nsegs;
-
-    pos = uct_remapring_ring_payload_pos(&writer->layout, offset);
+    /* the payload, then the header, whose stamp commits the record */
+    pos = uct_remapring_ring_payload_pos(&writer->layout, offset, length);
     for (i = 0; i < iovcnt; ++i) {
-        if (iov[i].iov_len == 0) {
-            continue;
+        if (iov[i].iov_len != 0) {
+            uct_remapring_ring_seg(&segs[nsegs++], pos, iov[i].iov_base,
+                                   iov[i].iov_len, 0);
+            pos += iov[i].iov_len;
         }
-
-        segs[nsegs].offset = pos;
-        segs[nsegs].buffer = iov[i].iov_base;
-        segs[nsegs].length = iov[i].iov_len;
-        pos += iov[i].iov_len;
-        ++nsegs;
     }
+
+    uct_remapring_ring_writer_hdr(writer, &hdr, offset,
+                                  UCT_REMAPRING_RING_REC_DATA, length, am_id,
+                                  flags);
+    uct_remapring_ring_seg(&segs[nsegs++], offset, &hdr, sizeof(hdr), 1);
 
     status = uct_remapring_wire_write(writer->wire, segs, nsegs);
     if (ucs_unlikely(status != UCS_OK)) {
@@ -575,8 +664,10 @@ ucs_status_t uct_remapring_ring_writer_send(uct_remapring_ring_writer_t *writer,
 
     /* The wire's write returned: the bytes are in the reader's memory. Only
      * now may the tail cover them */
-    writer->tail = end;
-    uct_remapring_wire_publish_tail(writer->wire, end);
+    writer->tail = offset + size;
+    if (writer->commit == UCT_REMAPRING_RING_COMMIT_TAIL) {
+        uct_remapring_wire_publish_tail(writer->wire, writer->tail);
+    }
     writer->stats.nrecords++;
     return UCS_OK;
 }

@@ -14,43 +14,60 @@
  * ring view is W bytes of virtual space, each slot mapped to some pool block
  * (the slot table says which).
  *
- * Records: start on 64-byte boundaries, never cross a slot. A record is a
- * header (uct_remapring_ring_hdr_t), headroom the writer never writes (the
- * receiver puts its descriptor there), then the payload; it ends at the next
- * 64-byte boundary after the payload. The payload starts payload_offset
- * bytes into the record, or further, at the first position p with
- * (p + align_offset) % align == 0 (the receiver's AM alignment; align is a
- * power of two of at most a page, and blocks are page aligned in the CPU
- * view, so the ring offset decides the CPU address's alignment). Writer and
- * reader compute the position from the same layout
+ * Records start on 64-byte boundaries and never cross a slot. Each begins
+ * with a header (uct_remapring_ring_hdr_t, 16 bytes) whose first word, the
+ * stamp, is the record's own ring offset XOR the ring's nonce; then
+ * - an inline record (payload of at most inline_max bytes, for the reader to
+ *   copy what it keeps): the payload at once, so that header and a small
+ *   payload share one cache line;
+ * - a descriptor record (the reader may keep it in place): reserve bytes the
+ *   writer never writes, then the payload. The reserve and the header before
+ *   it are the receiver's, once the header is read: its descriptor and the
+ *   upper layer's headroom go there. If the receiver asked for an alignment,
+ *   the payload moves on to the first position p with
+ *   (p + align_offset) % align == 0 (align is a power of two of at most a
+ *   page, and blocks are page aligned in the CPU view, so the ring offset
+ *   decides the CPU address's alignment).
+ * A record ends at the next 64-byte boundary after its payload; both sides
+ * compute where the payload goes from the same layout
  * (uct_remapring_ring_payload_pos). A record that would cross a slot is
- * preceded by a PAD record covering the rest of the slot. Every header is
- * stamped with its own ring offset: a header whose stamp differs from where
- * it was read is not a record of this lap, and is never followed.
+ * preceded by a PAD record covering the rest of the slot. A header whose
+ * stamp is not the one expected where it was read is not a record of this
+ * lap, and is never followed.
  *
- * Control words (uct_remapring_ring_ctl_t, shared by both sides, one cache
- * line each):
- *   tail           written by the writer only, store-release, after the bytes
- *                  of every record below it are in the reader's memory; the
- *                  reader load-acquires it and reads nothing at or past it.
- *   released_head  written by the reader only, store-release, after every
- *                  slot below it is backed by a block the writer may
- *                  overwrite; the writer load-acquires it and writes nothing
- *                  at or past released_head + W.
- * So, for the writer: tail <= released_head + W; for the reader:
- * released_head <= head <= tail. Both are multiples of 64; released_head is a
- * multiple of B.
+ * Commit: how a record becomes visible, chosen by the reader for the
+ * writer's wire.
+ *   STAMP  the writer stores the payload and the rest of the header, then the
+ *          stamp with release (a store to shared memory: the shm wire); the
+ *          reader load-acquires the stamp at its head, and reads nothing of
+ *          a record until the stamp is the expected one. A stamp of an
+ *          earlier lap cannot match (its offset differs), nor bytes the upper
+ *          layer wrote over a consumed header (the nonce is random).
+ *   TAIL   the bytes of one write may land in any order (process_vm_writev,
+ *          RDMA WRITE): the writer stores the tail word with release after
+ *          its write returned; the reader load-acquires it, reads nothing at
+ *          or past it, and checks the stamps.
+ *
+ * Control words (uct_remapring_ring_ctl_t, shared, one cache line each):
+ *   tail   written by the writer only (TAIL commit): every record below it
+ *          is in the reader's memory.
+ *   limit  written by the reader only, store-release, after every slot below
+ *          it is backed by a block the writer may overwrite; the writer
+ *          load-acquires it and writes nothing at or past it.
+ * So, for the writer: tail <= limit; for the reader: credited <= head <=
+ * tail and limit <= credited + W, where credited (a multiple of B) is the
+ * first slot not yet given back.
  *
  * Holds: a delivered record may be held. When head leaves a slot, its block
  * is reused in place if no record in it is held (no system call), otherwise
  * it is detached and a free block is mmap(MAP_FIXED)ed under the slot; the
  * detached block returns to the pool when its last hold is released. A slot
- * is credited (released_head passes it) only once it is backed by a block
- * without holds, in slot order: held data is never overwritten, and with no
- * free block the writer waits (back-pressure) until a hold is released.
- * A writer that finds blocks through a shared copy of the slot table (the
- * shm wire) needs no mmap at all: the table entry changes before the slot
- * is credited, and the ring view is left as it was (remap_view = 0).
+ * is credited only once it is backed by a block without holds, in slot
+ * order: held data is never overwritten, and with no free block the writer
+ * waits (back-pressure) until a hold is released. A writer that finds blocks
+ * through a shared copy of the slot table (the shm wire) needs no mmap at
+ * all: the table entry changes before the slot is credited, and the ring
+ * view is left as it was (remap_view = 0).
  *
  * Threads: the writer side (uct_remapring_ring_writer_*) runs in one thread,
  * possibly another process. Every reader-side call (poll, consume, release,
@@ -87,10 +104,19 @@ typedef enum {
 
 
 /**
+ * How records become visible; see the top of this file.
+ */
+typedef enum {
+    UCT_REMAPRING_RING_COMMIT_TAIL  = 1,
+    UCT_REMAPRING_RING_COMMIT_STAMP = 2
+} uct_remapring_ring_commit_t;
+
+
+/**
  * Record header, at the start of every record.
  */
 typedef struct uct_remapring_ring_hdr {
-    uint64_t offset; /* ring offset of this record */
+    uint64_t stamp; /* ring offset of this record ^ nonce; stored last */
     uint32_t length; /* DATA: payload bytes; PAD: bytes to the slot end */
     uint8_t type; /* uct_remapring_ring_rec_type_t */
     uint8_t am_id; /* user field */
@@ -105,23 +131,16 @@ typedef struct uct_remapring_ring_hdr {
 typedef struct uct_remapring_ring_info {
     uint64_t magic;
     uint64_t view_addr; /* ring view in the reader's address space */
+    uint64_t nonce; /* stamps are ring offsets ^ nonce */
     uint32_t block_size; /* B */
     uint32_t nslots;
-    uint32_t headroom; /* bytes between header and payload, at least */
-    uint32_t align; /* payload alignment, a power of two <= page */
+    uint32_t reserve; /* descriptor records: bytes after the header */
+    uint32_t inline_max; /* largest payload of an inline record */
+    uint32_t align; /* descriptor payload alignment, power of two <= page */
     uint32_t align_offset; /* payload + align_offset is aligned */
+    uint32_t commit; /* uct_remapring_ring_commit_t */
     uint32_t reserved;
 } uct_remapring_ring_info_t;
-
-
-/**
- * Where payloads go in records; both sides compute it from ring info.
- */
-typedef struct uct_remapring_ring_layout {
-    uint32_t payload_offset; /* header and headroom, 16-byte aligned */
-    uint32_t align; /* see uct_remapring_ring_info_t */
-    uint32_t align_offset;
-} uct_remapring_ring_layout_t;
 
 
 /**
@@ -129,14 +148,25 @@ typedef struct uct_remapring_ring_layout {
  */
 struct uct_remapring_ring_ctl {
     uct_remapring_ring_info_t info UCS_V_ALIGNED(64); /* set by the reader */
-    uint64_t tail UCS_V_ALIGNED(64); /* writer -> reader */
-    uint64_t released_head UCS_V_ALIGNED(64); /* reader -> writer */
+    uint64_t tail UCS_V_ALIGNED(64); /* writer -> reader, TAIL commit */
+    uint64_t limit UCS_V_ALIGNED(64); /* reader -> writer */
 } UCS_V_ALIGNED(64);
 
 
 /**
- * Writer: make every record below @a tail visible. Call after their bytes
- * are written.
+ * Where payloads go in records; both sides compute it from ring info.
+ */
+typedef struct uct_remapring_ring_layout {
+    uint32_t reserve; /* descriptor records: bytes after the header */
+    uint32_t inline_max; /* largest inline payload */
+    uint32_t align; /* descriptor payload alignment (1: none) */
+    uint32_t align_offset;
+} uct_remapring_ring_layout_t;
+
+
+/**
+ * Writer: make every record below @a tail visible (TAIL commit). Call after
+ * their bytes are written.
  */
 static inline void
 uct_remapring_ring_ctl_store_tail(uct_remapring_ring_ctl_t *ctl, uint64_t tail)
@@ -156,63 +186,84 @@ uct_remapring_ring_ctl_load_tail(uct_remapring_ring_ctl_t *ctl)
 
 
 /**
- * Reader: give the writer every slot below @a head. Call after those slots
+ * Reader: let the writer write below @a limit. Call after the slots below it
  * are mapped to blocks without holds.
  */
 static inline void
-uct_remapring_ring_ctl_store_released(uct_remapring_ring_ctl_t *ctl,
-                                      uint64_t head)
+uct_remapring_ring_ctl_store_limit(uct_remapring_ring_ctl_t *ctl,
+                                   uint64_t limit)
 {
-    __atomic_store_n(&ctl->released_head, head, __ATOMIC_RELEASE);
+    __atomic_store_n(&ctl->limit, limit, __ATOMIC_RELEASE);
 }
 
 
 /**
- * Writer: load the released head; bytes below it + W may be written after.
+ * Writer: load the limit; bytes below it may be written after this.
  */
 static inline uint64_t
-uct_remapring_ring_ctl_load_released(uct_remapring_ring_ctl_t *ctl)
+uct_remapring_ring_ctl_load_limit(uct_remapring_ring_ctl_t *ctl)
 {
-    return __atomic_load_n(&ctl->released_head, __ATOMIC_ACQUIRE);
+    return __atomic_load_n(&ctl->limit, __ATOMIC_ACQUIRE);
 }
 
 
 /**
- * Payload offset inside a record for a given headroom: header + headroom,
- * rounded up to UCT_REMAPRING_RING_PAYLOAD_ALIGN. Either side.
+ * Reserve a descriptor record leaves after its header, for @a headroom bytes
+ * in front of the payload (the header may be overwritten). Either side.
  */
-static inline uint32_t uct_remapring_ring_payload_offset(uint32_t headroom)
+static inline uint32_t uct_remapring_ring_reserve(uint32_t headroom)
 {
-    return (uint32_t)((sizeof(uct_remapring_ring_hdr_t) + headroom +
-                       UCT_REMAPRING_RING_PAYLOAD_ALIGN - 1) &
-                      ~(UCT_REMAPRING_RING_PAYLOAD_ALIGN - 1));
+    uint32_t room = (headroom + UCT_REMAPRING_RING_PAYLOAD_ALIGN - 1) &
+                    ~(UCT_REMAPRING_RING_PAYLOAD_ALIGN - 1);
+
+    return (room > sizeof(uct_remapring_ring_hdr_t)) ?
+           (room - sizeof(uct_remapring_ring_hdr_t)) : 0;
 }
 
 
 /**
- * Layout of a ring with this headroom and payload alignment. Either side.
+ * Layout of a ring for @a headroom bytes in front of a descriptor payload,
+ * inline payloads up to @a inline_max, and descriptor payload alignment.
+ * Either side.
  */
 static inline void
 uct_remapring_ring_layout_init(uct_remapring_ring_layout_t *layout,
-                               uint32_t headroom, uint32_t align,
-                               uint32_t align_offset)
+                               uint32_t headroom, uint32_t inline_max,
+                               uint32_t align, uint32_t align_offset)
 {
-    layout->payload_offset = uct_remapring_ring_payload_offset(headroom);
-    layout->align          = align;
-    layout->align_offset   = align_offset;
+    layout->reserve      = uct_remapring_ring_reserve(headroom);
+    layout->inline_max   = inline_max;
+    layout->align        = align;
+    layout->align_offset = align_offset;
 }
 
 
 /**
- * Ring offset of the payload of a record that starts at @a offset. Either
- * side.
+ * Whether a record of @a length payload bytes is inline. Either side.
+ */
+static inline int
+uct_remapring_ring_is_inline(const uct_remapring_ring_layout_t *layout,
+                             uint64_t length)
+{
+    return length <= layout->inline_max;
+}
+
+
+/**
+ * Ring offset of the payload of a record of @a length bytes that starts at
+ * @a offset. Either side.
  */
 static inline uint64_t
 uct_remapring_ring_payload_pos(const uct_remapring_ring_layout_t *layout,
-                               uint64_t offset)
+                               uint64_t offset, uint64_t length)
 {
-    uint64_t pos = offset + layout->payload_offset;
+    uint64_t pos = offset + sizeof(uct_remapring_ring_hdr_t);
 
+    if (uct_remapring_ring_is_inline(layout, length)) {
+        return pos;
+    }
+
+    pos += layout->reserve;
     if (layout->align == 1) {
         return pos;
     }
@@ -231,7 +282,7 @@ static inline uint64_t
 uct_remapring_ring_record_size(const uct_remapring_ring_layout_t *layout,
                                uint64_t offset, uint64_t length)
 {
-    return ((uct_remapring_ring_payload_pos(layout, offset) - offset) +
+    return ((uct_remapring_ring_payload_pos(layout, offset, length) - offset) +
             length + UCT_REMAPRING_RING_ALIGN - 1) &
            ~(uint64_t)(UCT_REMAPRING_RING_ALIGN - 1);
 }
@@ -239,27 +290,25 @@ uct_remapring_ring_record_size(const uct_remapring_ring_layout_t *layout,
 
 /**
  * Largest payload a ring with this block size and layout carries: what fits
- * in a slot after the longest prefix the alignment may ask for.
+ * in a slot after the longest prefix a descriptor record may have.
  */
 static inline size_t
 uct_remapring_ring_max_payload(size_t block_size,
                                const uct_remapring_ring_layout_t *layout)
 {
-    size_t pad = layout->align - 1;
-
-    return block_size - layout->payload_offset - pad;
+    return block_size - sizeof(uct_remapring_ring_hdr_t) - layout->reserve -
+           (layout->align - 1);
 }
 
 
 /**
  * Whether a ring geometry is valid: B a power of two of at least a page,
  * nslots a power of two of at least 2, the alignment a power of two of at
- * most a page with the offset below it, and room for a payload of at least
- * half a block. Either side.
+ * most a page with the offset below it, inline payloads of at most a page,
+ * and room for a payload of at least half a block. Either side.
  */
 int uct_remapring_ring_geometry_valid(size_t block_size, unsigned nslots,
-                                      uint32_t headroom, uint32_t align,
-                                      uint32_t align_offset);
+                                      const uct_remapring_ring_layout_t *layout);
 
 
 /* ------------------------------------------------------------------------ */
@@ -271,10 +320,12 @@ int uct_remapring_ring_geometry_valid(size_t block_size, unsigned nslots,
  */
 typedef struct uct_remapring_ring_params {
     unsigned nslots; /* power of two, >= 2 */
-    unsigned headroom; /* room before the payload for descriptors */
-    unsigned align; /* payload alignment (1: none) */
+    unsigned headroom; /* bytes free in front of a descriptor payload */
+    unsigned inline_max; /* largest inline payload */
+    unsigned align; /* descriptor payload alignment (1: none) */
     unsigned align_offset; /* see uct_remapring_ring_info_t */
-    unsigned credit_batch; /* slots credited per released_head update */
+    unsigned credit_batch; /* slots credited per limit update */
+    uct_remapring_ring_commit_t commit; /* what the writer's wire can do */
     uint32_t *shared_slots; /* NULL, or nslots words the writer reads: a
                                mirror of the slot table (shm wire) */
     int remap_view; /* 1: a held block is replaced in the ring view too
@@ -295,7 +346,7 @@ typedef struct uct_remapring_ring_stats {
     uint64_t nreuse; /* slots reused in place */
     uint64_t nremaps; /* slots remapped to a fresh block */
     uint64_t nwaits; /* times a slot had to wait for a free block */
-    uint64_t ncredits; /* released_head updates */
+    uint64_t ncredits; /* limit updates */
 } uct_remapring_ring_stats_t;
 
 
@@ -303,10 +354,11 @@ typedef struct uct_remapring_ring_stats {
  * A delivered record.
  */
 typedef struct uct_remapring_ring_rx {
-    void *payload; /* CPU-view address; headroom bytes before it free */
+    void *payload; /* CPU-view address */
     uint32_t length; /* payload bytes */
     uint8_t am_id; /* user fields of the header */
     uint8_t flags;
+    uint8_t is_inline; /* inline record: no room in front of the payload */
     uint64_t offset; /* ring offset of the record */
     uint64_t next; /* ring offset after it */
 } uct_remapring_ring_rx_t;
@@ -322,17 +374,18 @@ struct uct_remapring_ring {
     uint32_t *slots; /* slot -> pool block */
     uint32_t *shared_slots; /* mirror of slots for the writer, or NULL */
     int remap_view; /* see uct_remapring_ring_params_t */
+    uct_remapring_ring_commit_t commit;
     size_t block_size;
     unsigned block_shift;
     unsigned nslots;
     size_t window_size;
-    uint32_t headroom;
     uct_remapring_ring_layout_t layout;
+    uint64_t nonce;
     uint64_t credit_batch; /* in bytes */
     uint64_t head; /* next record to read */
-    uint64_t tail; /* last tail loaded */
+    uint64_t tail; /* last tail loaded (TAIL commit) */
     uint64_t credited; /* slots below are credited */
-    uint64_t published; /* last released_head stored */
+    uint64_t published; /* last limit stored, minus W */
     ucs_status_t status; /* sticky error */
     char name[48]; /* for the log */
     int waiting; /* on pool->waiters */
@@ -342,15 +395,15 @@ struct uct_remapring_ring {
 
 
 /**
- * Defaults: 16 slots, 256 bytes of headroom, no alignment, credit batch of 4
- * slots.
+ * Defaults: 16 slots, 256 bytes of headroom, no inline records, no
+ * alignment, TAIL commit, credit batch of 4 slots.
  */
 void uct_remapring_ring_params_default(uct_remapring_ring_params_t *params);
 
 
 /**
  * Create the reader side of a ring: reserve the ring view, back every slot
- * with a pool block and initialise @a ctl (info, tail = released_head = 0).
+ * with a pool block and initialise @a ctl (info, tail = 0, limit = W).
  *
  * @param [in]  pool    Pool to take blocks from (its B is the ring's B).
  * @param [in]  params  Geometry.
@@ -377,6 +430,7 @@ void uct_remapring_ring_destroy(uct_remapring_ring_t *ring);
 /**
  * Next record, if any; reader side. PAD records are consumed on the way.
  * Call uct_remapring_ring_consume() on the record before polling again.
+ * Finding nothing, it publishes the credit not yet published.
  *
  * @return UCS_OK with @a rx filled, UCS_ERR_NO_PROGRESS if nothing new, or
  *         UCS_ERR_IO_ERROR if the ring holds a bad record or tail (logged
@@ -384,6 +438,12 @@ void uct_remapring_ring_destroy(uct_remapring_ring_t *ring);
  */
 ucs_status_t uct_remapring_ring_poll(uct_remapring_ring_t *ring,
                                      uct_remapring_ring_rx_t *rx);
+
+
+/**
+ * Whether nothing new is visible at the head; reader side, no side effects.
+ */
+int uct_remapring_ring_is_empty(uct_remapring_ring_t *ring);
 
 
 /**
@@ -397,7 +457,7 @@ void uct_remapring_ring_consume(uct_remapring_ring_t *ring,
 /**
  * Release a held record; reader side, any order, also after its ring was
  * destroyed. @a addr is any address inside the record in the CPU view (the
- * payload pointer, or a descriptor in its headroom). May credit slots of
+ * payload pointer, or a descriptor in front of it). May credit slots of
  * rings that were waiting for a free block.
  *
  * @return UCS_OK, or UCS_ERR_INVALID_PARAM if @a addr is not in a block with
@@ -439,7 +499,7 @@ typedef struct uct_remapring_ring_writer_stats {
     uint64_t nrecords; /* records written */
     uint64_t npads; /* PAD records written */
     uint64_t nno_resource; /* sends refused for lack of credit */
-    uint64_t ncredit_reads; /* released_head loads */
+    uint64_t ncredit_reads; /* limit loads */
 } uct_remapring_ring_writer_stats_t;
 
 
@@ -449,10 +509,12 @@ typedef struct uct_remapring_ring_writer_stats {
 typedef struct uct_remapring_ring_writer {
     uct_remapring_wire_t *wire;
     uint64_t tail; /* next record offset */
-    uint64_t limit; /* released_head + W */
+    uint64_t limit; /* the reader's limit, as last loaded */
+    uint64_t nonce;
     size_t block_size;
     size_t window_size;
     uct_remapring_ring_layout_t layout;
+    uct_remapring_ring_commit_t commit;
     uint32_t max_payload;
     uct_remapring_ring_writer_stats_t stats;
 } uct_remapring_ring_writer_t;
@@ -462,8 +524,8 @@ typedef struct uct_remapring_ring_writer {
  * Initialise a writer for a ring with geometry @a info (read from the
  * reader's ctl, or exchanged in an address) writing through @a wire.
  *
- * @return UCS_ERR_INVALID_PARAM if @a info is not a valid ring geometry or
- *         does not match the wire.
+ * @return UCS_ERR_INVALID_PARAM if @a info is not a valid ring geometry, or
+ *         does not match the wire, or asks for a commit the wire cannot do.
  */
 ucs_status_t
 uct_remapring_ring_writer_init(uct_remapring_ring_writer_t *writer,
@@ -488,7 +550,7 @@ ucs_status_t uct_remapring_ring_writer_send(uct_remapring_ring_writer_t *writer,
 
 /**
  * Whether a record with @a length payload bytes would fit now, without
- * reloading the released head; writer side.
+ * reloading the limit; writer side.
  */
 static inline int
 uct_remapring_ring_writer_has_credit(const uct_remapring_ring_writer_t *writer,
@@ -511,8 +573,8 @@ uct_remapring_ring_writer_has_credit(const uct_remapring_ring_writer_t *writer,
 
 
 /**
- * Whether a record with @a length payload bytes fits, reloading the released
- * head if the credit known so far is not enough; writer side.
+ * Whether a record with @a length payload bytes fits, reloading the limit if
+ * the credit known so far is not enough; writer side.
  */
 static inline int
 uct_remapring_ring_writer_can_send(uct_remapring_ring_writer_t *writer,
@@ -523,8 +585,7 @@ uct_remapring_ring_writer_can_send(uct_remapring_ring_writer_t *writer,
     }
 
     writer->stats.ncredit_reads++;
-    writer->limit = uct_remapring_wire_released_head(writer->wire) +
-                    writer->window_size;
+    writer->limit = uct_remapring_wire_limit(writer->wire);
     return uct_remapring_ring_writer_has_credit(writer, length);
 }
 

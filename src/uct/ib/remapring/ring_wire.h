@@ -7,19 +7,22 @@
 
 /*
  * A wire is how a ring writer puts bytes into the reader's ring view and
- * exchanges the two control words. The ring protocol (ring.h) is the same
- * for every wire; a wire only knows three things:
+ * exchanges the control words. The ring protocol (ring.h) is the same for
+ * every wire; a wire only knows:
  *
- * - write: place bytes at ring offsets. Ring offset o lands at byte
+ * - write: place segments at ring offsets. Ring offset o lands at byte
  *   (o & (window_size - 1)) of the reader's ring view. A segment never
- *   crosses the end of the window (records never cross a slot). When write
+ *   crosses the end of the window (records never cross a slot). Segments
+ *   are written in order; a COMMIT segment is a record header, and a wire
+ *   that can store in order (can_stamp) stores its first 8 bytes, the stamp,
+ *   last, with release: that is the record's commit (STAMP). When write
  *   returns, the bytes are in the reader's memory or the write failed.
- * - publish_tail: make every record below tail visible to the reader. This
- *   is the only completion signal: it is ordered after the bytes it covers
- *   (store-release, or an RDMA write after the data on the same QP), never
- *   implied by the order of bytes inside one write.
- * - released_head: the reader's last published released head
- *   (load-acquire); the writer may write up to released_head + window_size.
+ * - publish_tail: make every record below tail visible to the reader (TAIL
+ *   commit). It is ordered after the bytes it covers (store-release, or an
+ *   RDMA write after the data on the same QP), never implied by the order
+ *   of bytes inside one write.
+ * - limit: the reader's last published limit (load-acquire); the writer may
+ *   write below it.
  *
  * A wire is used by one writer thread at a time.
  */
@@ -29,6 +32,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <string.h>
 #include <sys/types.h>
 
 BEGIN_C_DECLS
@@ -49,7 +53,8 @@ typedef struct uct_remapring_ring_ctl uct_remapring_ring_ctl_t;
 typedef struct uct_remapring_wire_seg {
     uint64_t offset; /* ring offset of the destination */
     const void *buffer; /* local source */
-    size_t length;
+    uint32_t length;
+    uint32_t commit; /* a record header: its first 8 bytes go last */
 } uct_remapring_wire_seg_t;
 
 
@@ -62,8 +67,8 @@ typedef struct uct_remapring_wire_ops {
                           const uct_remapring_wire_seg_t *segs, unsigned nsegs);
     /** Publish the tail after the bytes below it were written. */
     void (*publish_tail)(uct_remapring_wire_t *wire, uint64_t tail);
-    /** Read the reader's released head. */
-    uint64_t (*released_head)(uct_remapring_wire_t *wire);
+    /** Read the reader's limit. */
+    uint64_t (*limit)(uct_remapring_wire_t *wire);
     /** Free the wire. */
     void (*destroy)(uct_remapring_wire_t *wire);
 } uct_remapring_wire_ops_t;
@@ -75,6 +80,7 @@ typedef struct uct_remapring_wire_ops {
 struct uct_remapring_wire {
     const uct_remapring_wire_ops_t *ops;
     size_t window_size; /* W, a power of two */
+    int can_stamp; /* stores in order: STAMP commit works */
 };
 
 
@@ -111,12 +117,33 @@ uct_remapring_wire_publish_tail(uct_remapring_wire_t *wire, uint64_t tail)
 
 
 /**
- * Read the released head; writer side.
+ * Read the reader's limit; writer side.
  */
-static inline uint64_t
-uct_remapring_wire_released_head(uct_remapring_wire_t *wire)
+static inline uint64_t uct_remapring_wire_limit(uct_remapring_wire_t *wire)
 {
-    return wire->ops->released_head(wire);
+    return wire->ops->limit(wire);
+}
+
+
+/**
+ * Copy one segment to @a dest, a COMMIT segment's stamp last with release
+ * (dest is 8-byte aligned: records start on 64-byte boundaries): the write
+ * of the in-order wires (local, shm).
+ */
+static inline void
+uct_remapring_wire_copy_seg(void *dest, const uct_remapring_wire_seg_t *seg)
+{
+    uint64_t stamp;
+
+    if (!seg->commit) {
+        memcpy(dest, seg->buffer, seg->length);
+        return;
+    }
+
+    memcpy((char*)dest + sizeof(stamp), (const char*)seg->buffer + sizeof(stamp),
+           seg->length - sizeof(stamp));
+    memcpy(&stamp, seg->buffer, sizeof(stamp));
+    __atomic_store_n((uint64_t*)dest, stamp, __ATOMIC_RELEASE);
 }
 
 

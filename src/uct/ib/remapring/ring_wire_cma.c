@@ -119,9 +119,9 @@ uct_remapring_wire_cma_publish_tail(uct_remapring_wire_t *wire, uint64_t tail)
                                       tail);
 }
 
-static uint64_t uct_remapring_wire_cma_released_head(uct_remapring_wire_t *wire)
+static uint64_t uct_remapring_wire_cma_limit(uct_remapring_wire_t *wire)
 {
-    return uct_remapring_ring_ctl_load_released(
+    return uct_remapring_ring_ctl_load_limit(
             ((uct_remapring_wire_cma_t *)wire)->ctl);
 }
 
@@ -133,7 +133,7 @@ static void uct_remapring_wire_cma_destroy(uct_remapring_wire_t *wire)
 static const uct_remapring_wire_ops_t uct_remapring_wire_cma_ops = {
         .write         = uct_remapring_wire_cma_write,
         .publish_tail  = uct_remapring_wire_cma_publish_tail,
-        .released_head = uct_remapring_wire_cma_released_head,
+        .limit         = uct_remapring_wire_cma_limit,
         .destroy       = uct_remapring_wire_cma_destroy};
 
 ucs_status_t uct_remapring_wire_cma_create(pid_t pid, uint64_t remote_view,
@@ -151,6 +151,7 @@ ucs_status_t uct_remapring_wire_cma_create(pid_t pid, uint64_t remote_view,
 
     cma->super.ops         = &uct_remapring_wire_cma_ops;
     cma->super.window_size = window_size;
+    cma->super.can_stamp   = 0; /* the kernel copies in no promised order */
     cma->pid               = pid;
     cma->remote_view       = remote_view;
     cma->ctl               = ctl;

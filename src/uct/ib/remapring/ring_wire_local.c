@@ -27,8 +27,10 @@ uct_remapring_wire_local_write(uct_remapring_wire_t *wire,
     unsigned i;
 
     for (i = 0; i < nsegs; ++i) {
-        memcpy(local->view + uct_remapring_wire_view_pos(wire, segs[i].offset),
-               segs[i].buffer, segs[i].length);
+        uct_remapring_wire_copy_seg(local->view +
+                                            uct_remapring_wire_view_pos(
+                                                    wire, segs[i].offset),
+                                    &segs[i]);
     }
 
     return UCS_OK;
@@ -42,9 +44,9 @@ uct_remapring_wire_local_publish_tail(uct_remapring_wire_t *wire, uint64_t tail)
 }
 
 static uint64_t
-uct_remapring_wire_local_released_head(uct_remapring_wire_t *wire)
+uct_remapring_wire_local_limit(uct_remapring_wire_t *wire)
 {
-    return uct_remapring_ring_ctl_load_released(
+    return uct_remapring_ring_ctl_load_limit(
             ((uct_remapring_wire_local_t *)wire)->ctl);
 }
 
@@ -56,7 +58,7 @@ static void uct_remapring_wire_local_destroy(uct_remapring_wire_t *wire)
 static const uct_remapring_wire_ops_t uct_remapring_wire_local_ops = {
         .write         = uct_remapring_wire_local_write,
         .publish_tail  = uct_remapring_wire_local_publish_tail,
-        .released_head = uct_remapring_wire_local_released_head,
+        .limit         = uct_remapring_wire_local_limit,
         .destroy       = uct_remapring_wire_local_destroy};
 
 ucs_status_t uct_remapring_wire_local_create(void *view, size_t window_size,
@@ -73,6 +75,7 @@ ucs_status_t uct_remapring_wire_local_create(void *view, size_t window_size,
 
     local->super.ops         = &uct_remapring_wire_local_ops;
     local->super.window_size = window_size;
+    local->super.can_stamp   = 1;
     local->view              = view;
     local->ctl               = ctl;
     *wire_p                  = &local->super;

@@ -58,15 +58,17 @@ uct_remapring_wire_shm_write(uct_remapring_wire_t *wire,
         in_block = pos & block_mask;
         if (ucs_unlikely((block >= shm->pool_blocks) ||
                          (in_block + segs[i].length > block_mask + 1))) {
-            ucs_error("shm wire %p: slot %zu names block %u of %u for %zu "
+            ucs_error("shm wire %p: slot %zu names block %u of %u for %u "
                       "bytes at %zu: not in the pool",
                       shm, pos >> shm->block_shift, block, shm->pool_blocks,
                       segs[i].length, in_block);
             return UCS_ERR_INVALID_ADDR;
         }
 
-        memcpy(shm->pool + ((size_t)block << shm->block_shift) + in_block,
-               segs[i].buffer, segs[i].length);
+        uct_remapring_wire_copy_seg(shm->pool +
+                                            ((size_t)block << shm->block_shift) +
+                                            in_block,
+                                    &segs[i]);
     }
 
     return UCS_OK;
@@ -81,9 +83,9 @@ uct_remapring_wire_shm_publish_tail(uct_remapring_wire_t *wire, uint64_t tail)
                                       tail);
 }
 
-static uint64_t uct_remapring_wire_shm_released_head(uct_remapring_wire_t *wire)
+static uint64_t uct_remapring_wire_shm_limit(uct_remapring_wire_t *wire)
 {
-    return uct_remapring_ring_ctl_load_released(
+    return uct_remapring_ring_ctl_load_limit(
             ((uct_remapring_wire_shm_t*)wire)->ctl);
 }
 
@@ -98,7 +100,7 @@ static void uct_remapring_wire_shm_destroy(uct_remapring_wire_t *wire)
 static const uct_remapring_wire_ops_t uct_remapring_wire_shm_ops = {
     .write         = uct_remapring_wire_shm_write,
     .publish_tail  = uct_remapring_wire_shm_publish_tail,
-    .released_head = uct_remapring_wire_shm_released_head,
+    .limit         = uct_remapring_wire_shm_limit,
     .destroy       = uct_remapring_wire_shm_destroy
 };
 
@@ -127,6 +129,7 @@ ucs_status_t uct_remapring_wire_shm_create(int pool_fd, size_t block_size,
 
     shm->super.ops         = &uct_remapring_wire_shm_ops;
     shm->super.window_size = window_size;
+    shm->super.can_stamp   = 1;
     shm->block_shift       = ucs_ilog2(block_size);
     shm->pool_blocks       = pool_blocks;
     shm->pool_size         = (size_t)pool_blocks << shm->block_shift;
