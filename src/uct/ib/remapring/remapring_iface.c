@@ -246,6 +246,10 @@ uct_remapring_iface_config_check(const uct_remapring_iface_config_t *config)
  * cannot starve the others */
 #define UCT_REMAPRING_RX_BURST 16
 
+/* Empty polls of a ring before it sleeps on its doorbell: some microseconds
+ * of progress, longer than a round trip between two processes */
+#define UCT_REMAPRING_RX_ARM_AFTER 256
+
 /* Progress calls between two looks for processes that exited and for
  * connections that receivers failed, released or closed */
 #define UCT_REMAPRING_CHECK_PERIOD 65536
@@ -392,7 +396,8 @@ static void uct_remapring_rx_set_active(uct_remapring_iface_t *iface,
                                         uct_remapring_rx_conn_t *rx_conn)
 {
     if (!rx_conn->active) {
-        rx_conn->active = 1;
+        rx_conn->active     = 1;
+        rx_conn->idle_polls = 0;
         ucs_list_add_tail(&iface->rx.active, &rx_conn->list);
     }
 }
@@ -598,16 +603,32 @@ static unsigned uct_remapring_rx_conn_poll(uct_remapring_iface_t *iface,
         uct_remapring_ring_consume(ring, &rx, status == UCS_INPROGRESS);
     }
 
-    if (count < UCT_REMAPRING_RX_BURST) {
-        /* empty: arm the doorbell, then look once more, as the sender may
-         * have published before it could see the arming (remapring_conn.h) */
-        uct_remapring_ctl_arm(&iface->rx.ctl, index);
-        if (uct_remapring_ring_is_empty(ring)) {
-            uct_remapring_rx_set_idle(rx_conn);
-            uct_remapring_ring_flush_credits(ring);
-            if (uct_remapring_conn_state(conn) == UCT_REMAPRING_CONN_CLOSED) {
-                uct_remapring_rx_conn_free(iface, index);
-            }
+    if (count == UCT_REMAPRING_RX_BURST) {
+        return count;
+    }
+
+    /* Drained. A ring stays polled for a while before it sleeps on its
+     * doorbell: a sender that answers soon (a ping-pong) never finds it
+     * armed, so it rings no bell (an atomic on a shared line) and the
+     * receiver takes no doorbell word. A closing connection goes now. */
+    if (uct_remapring_conn_state(conn) != UCT_REMAPRING_CONN_CLOSED) {
+        if (count > 0) {
+            rx_conn->idle_polls = 0;
+            return count;
+        } else if (++rx_conn->idle_polls < UCT_REMAPRING_RX_ARM_AFTER) {
+            return 0;
+        }
+    }
+
+    /* arm the doorbell, then look once more, as the sender may have
+     * published before it could see the arming (remapring_conn.h) */
+    rx_conn->idle_polls = 0;
+    uct_remapring_ctl_arm(&iface->rx.ctl, index);
+    if (uct_remapring_ring_is_empty(ring)) {
+        uct_remapring_rx_set_idle(rx_conn);
+        uct_remapring_ring_flush_credits(ring);
+        if (uct_remapring_conn_state(conn) == UCT_REMAPRING_CONN_CLOSED) {
+            uct_remapring_rx_conn_free(iface, index);
         }
     }
 

@@ -57,6 +57,7 @@ typedef struct uct_remapring_rx_conn {
     uct_remapring_proc_t sender;  /* watched while the ring exists */
     int                  failed;  /* FAILED by us: never drained */
     int                  active;  /* on the iface's active list */
+    unsigned             idle_polls; /* empty polls since the last record */
     ucs_list_link_t      list;    /* in iface->rx.active */
 } uct_remapring_rx_conn_t;
 
