@@ -3,7 +3,9 @@
 # Copyright (c) remapring contributors. See file LICENSE for terms.
 #
 # MPI over remapring: test/apps/mpi_pingpong (ping-pong from 0 B to 4 MiB
-# with every byte checked, a burst of nonblocking messages, an allreduce)
+# with every byte checked, a burst of nonblocking messages, an allreduce),
+# and test/apps/mpi_held_blocks (held unexpected messages never stop the
+# sender)
 # built with mpicc.openmpi and run by Open MPI (pml ucx), and built with
 # mpicc.mpich and run by MPICH (ch4:ucx, MPIR_CVAR_NOLOCAL=1 so that ranks
 # on one host use UCX rather than MPICH's own shared memory), two ranks on
@@ -19,6 +21,13 @@
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 app=$REMAPRING_SRCDIR/test/apps/mpi_pingpong.c
+# unexpected messages kept in place past what the pool holds (20000 x 2 KiB,
+# each pinning a page, in a 64 MiB pool): the receiver must deliver to be
+# copied before its senders would wait for credit only its later receives
+# could give
+held_app=$REMAPRING_SRCDIR/test/apps/mpi_held_blocks.c
+held_pool=64m
+held_args="20000 2048 60000"
 ran=0
 skipped=()
 
@@ -76,6 +85,15 @@ then
                 --mca pml ucx --mca pml_ucx_tls any \
                 --mca pml_ucx_devices any --mca osc ucx \
                 --mca btl self "$tmp/pp_ompi" ${MPI_PINGPONG_ARGS:-}
+        LD_PRELOAD= mpicc.openmpi -O2 -o "$tmp/hb_ompi" "$held_app" ||
+            fail "mpicc.openmpi"
+        UCX_REMAPRING_POOL_MAX=$held_pool \
+            run_app "Open MPI, held unexpected messages" "$tmp/ompi_hb.out" \
+            mpirun.openmpi --allow-run-as-root --oversubscribe -np 2 \
+                -x LD_PRELOAD -x UCX_TLS -x UCX_LOG_LEVEL -x UCX_LOG_FILE \
+                -x UCX_REMAPRING_POOL_MAX --mca pml ucx --mca pml_ucx_tls any \
+                --mca pml_ucx_devices any --mca btl self \
+                "$tmp/hb_ompi" $held_args
     fi
 else
     skipped+=("Open MPI not installed")
@@ -93,6 +111,11 @@ then
             fail "mpicc.mpich"
         MPIR_CVAR_NOLOCAL=1 run_app "MPICH, ch4:ucx" "$tmp/mpich.out" \
             mpiexec.mpich -n 2 "$tmp/pp_mpich" ${MPI_PINGPONG_ARGS:-}
+        LD_PRELOAD= mpicc.mpich -O2 -o "$tmp/hb_mpich" "$held_app" ||
+            fail "mpicc.mpich"
+        MPIR_CVAR_NOLOCAL=1 UCX_REMAPRING_POOL_MAX=$held_pool \
+            run_app "MPICH, held unexpected messages" "$tmp/mpich_hb.out" \
+            mpiexec.mpich -n 2 "$tmp/hb_mpich" $held_args
     fi
 else
     skipped+=("MPICH not installed")

@@ -280,6 +280,7 @@ TEST_F(test_uct_bad, pool_full_refuses_sender)
 {
     entity *receiver = create_entity({{"BLOCK_SIZE", "4k"},
                                       {"RING_SLOTS", "4"},
+                                      {"IDLE_SLOTS", "4"},
                                       {"CREDIT_BATCH", "1"},
                                       {"POOL_MAX", "16k"}});
     ASSERT_NE(nullptr, receiver);

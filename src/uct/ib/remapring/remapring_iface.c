@@ -93,14 +93,24 @@ static ucs_config_field_t uct_remapring_iface_config_table[] = {
      UCS_CONFIG_TYPE_UINT},
 
     {"POOL_MAX", "1g",
-     "Largest size the receive pool of one interface may grow to. Each\n"
-     "connected sender's ring takes RING_SLOTS * BLOCK_SIZE of it on first\n"
-     "contact, and a sender that finds no room for its ring is refused;\n"
-     "held messages keep their blocks, and when the pool is full senders\n"
-     "wait for the upper layer to release messages. At least\n"
-     "RING_SLOTS * BLOCK_SIZE (one sender).",
+     "Largest memory the receive pool of one interface may use. A connected\n"
+     "sender's ring takes IDLE_SLOTS blocks of it (RING_SLOTS on the cma\n"
+     "wire), more while it is busy; a sender that finds no room for its ring\n"
+     "is refused. A message held in place keeps only the pages it touches.\n"
+     "When the pool is nearly full, messages are delivered to be copied\n"
+     "instead of kept in place, so that holds never stop the senders. At\n"
+     "least RING_SLOTS * BLOCK_SIZE.",
      ucs_offsetof(uct_remapring_iface_config_t, pool_max),
      UCS_CONFIG_TYPE_MEMUNITS},
+
+    {"IDLE_SLOTS", "2",
+     "Ring slots granted to a sender on the shm wire while it is quiet: what\n"
+     "an idle connected sender holds of the pool. Each time the sender runs\n"
+     "out of credit its grant doubles, up to RING_SLOTS, while the pool has\n"
+     "room; it falls back when its ring goes quiet. A power of two between\n"
+     "1 and RING_SLOTS.",
+     ucs_offsetof(uct_remapring_iface_config_t, idle_slots),
+     UCS_CONFIG_TYPE_UINT},
 
     {"CREDIT_BATCH", "4",
      "Number of ring slots the receiver consumes before it returns them to\n"
@@ -108,10 +118,10 @@ static ucs_config_field_t uct_remapring_iface_config_table[] = {
      ucs_offsetof(uct_remapring_iface_config_t, credit_batch),
      UCS_CONFIG_TYPE_UINT},
 
-    {"MAX_PEERS", "256",
+    {"MAX_PEERS", "1024",
      "Number of sending interfaces one interface accepts; all endpoints of\n"
-     "one sender share one connection, which gets a ring window on first\n"
-     "contact. Between 1 and 4096.",
+     "one sender share one connection, which gets a ring on first contact.\n"
+     "Between 1 and 4096.",
      ucs_offsetof(uct_remapring_iface_config_t, max_peers),
      UCS_CONFIG_TYPE_UINT},
 
@@ -208,6 +218,14 @@ uct_remapring_iface_config_check(const uct_remapring_iface_config_t *config)
     if (config->rx_inline > UCT_REMAPRING_RX_INLINE_MAX) {
         ucs_error("remapring: UCX_REMAPRING_RX_INLINE=%zu must be at most %d",
                   config->rx_inline, UCT_REMAPRING_RX_INLINE_MAX);
+        return UCS_ERR_INVALID_PARAM;
+    }
+
+    if ((config->idle_slots < 1) || !ucs_is_pow2(config->idle_slots) ||
+        (config->idle_slots > config->ring_slots)) {
+        ucs_error("remapring: UCX_REMAPRING_IDLE_SLOTS=%u must be a power of"
+                  " two between 1 and RING_SLOTS (%u)", config->idle_slots,
+                  config->ring_slots);
         return UCS_ERR_INVALID_PARAM;
     }
 
@@ -495,6 +513,7 @@ static void uct_remapring_rx_conn_accept(uct_remapring_iface_t *iface,
     params.align        = iface->rx.layout.align;
     params.align_offset = iface->rx.layout.align_offset;
     params.credit_batch = iface->rx.credit_batch;
+    params.grant_min    = iface->rx.idle_slots;
     /* stores into shared memory land in order, a write of the kernel's (or
      * a NIC's) may not */
     params.commit       = (conn->wire == UCT_REMAPRING_WIRE_SHM) ?
@@ -557,6 +576,16 @@ static void uct_remapring_rx_conn_wake(void *arg, unsigned index)
     }
 }
 
+/* Whether the pool is nearly full: what it can still hand out would not
+ * replace every block backing a slot now, were they all held. Past that,
+ * nothing more is kept in place, and the rings can always move on. */
+static UCS_F_ALWAYS_INLINE int
+uct_remapring_rx_pool_pressed(uct_remapring_iface_t *iface)
+{
+    return uct_remapring_pool_available(iface->rx.pool) <
+           uct_remapring_pool_attached(iface->rx.pool);
+}
+
 /* Deliver up to a burst of records from one connection's ring */
 static unsigned uct_remapring_rx_conn_poll(uct_remapring_iface_t *iface,
                                            unsigned index)
@@ -582,10 +611,11 @@ static unsigned uct_remapring_rx_conn_poll(uct_remapring_iface_t *iface,
 
         uct_iface_trace_am(&iface->super, UCT_AM_TRACE_TYPE_RECV, rx.am_id,
                            rx.payload, rx.length, "RX: AM");
-        if (rx.is_inline) {
+        if (rx.is_inline || uct_remapring_rx_pool_pressed(iface)) {
             /* a small message is delivered in place to be copied, as the
              * data inline in UCX's shared memory FIFOs: it never holds
-             * ring memory */
+             * ring memory; so is every message while the pool is nearly
+             * full, so that holds cannot stop the senders */
             uct_iface_invoke_am(&iface->super, rx.am_id, rx.payload,
                                 rx.length, 0);
             uct_remapring_ring_consume(ring, &rx, 0);
@@ -623,6 +653,7 @@ static unsigned uct_remapring_rx_conn_poll(uct_remapring_iface_t *iface,
     /* arm the doorbell, then look once more, as the sender may have
      * published before it could see the arming (remapring_conn.h) */
     rx_conn->idle_polls = 0;
+    uct_remapring_ring_idle(ring);
     uct_remapring_ctl_arm(&iface->rx.ctl, index);
     if (uct_remapring_ring_is_empty(ring)) {
         uct_remapring_rx_set_idle(rx_conn);
@@ -869,6 +900,7 @@ static UCS_CLASS_INIT_FUNC(uct_remapring_iface_t, uct_md_h md,
     self->progress_calls     = 0;
     self->rx.nslots          = config->ring_slots;
     self->rx.credit_batch    = config->credit_batch;
+    self->rx.idle_slots      = config->idle_slots;
     self->rx.nconns          = 0;
     self->rx.max_payload     = uct_remapring_ring_max_payload(
                                        config->block_size, &self->rx.layout);
@@ -896,10 +928,18 @@ static UCS_CLASS_INIT_FUNC(uct_remapring_iface_t, uct_md_h md,
     }
 
     uct_remapring_pool_params_default(&pool_params);
+    /* address space for four times the memory: blocks detached under holds
+     * keep only their held pages */
     pool_params.block_size  = config->block_size;
-    pool_params.max_blocks  = (config->pool_max == UCS_MEMUNITS_INF) ?
-                              UINT32_MAX / 2 :
-                              config->pool_max / config->block_size;
+    pool_params.max_bytes   = (config->pool_max == UCS_MEMUNITS_INF) ?
+                              0 : config->pool_max;
+    pool_params.max_blocks  = ucs_min(((config->pool_max ==
+                                        UCS_MEMUNITS_INF) ?
+                                       UCT_REMAPRING_POOL_SPACE_MAX :
+                                       ucs_min(4 * config->pool_max,
+                                               UCT_REMAPRING_POOL_SPACE_MAX)) /
+                                      config->block_size,
+                                      UINT32_MAX / 2);
     pool_params.init_blocks = ucs_min(config->ring_slots * 2,
                                       pool_params.max_blocks);
     pool_params.grow_blocks = config->ring_slots;

@@ -21,6 +21,9 @@
 /** Largest UCX_REMAPRING_RX_INLINE */
 #define UCT_REMAPRING_RX_INLINE_MAX 4096
 
+/** Address space of one receive pool, at most */
+#define UCT_REMAPRING_POOL_SPACE_MAX (64ull << 30)
+
 /** The headroom in front of a payload that sizes the largest message an
  *  interface sends: every receiver with at most this much takes it */
 #define UCT_REMAPRING_HEADROOM_MAX  256
@@ -36,6 +39,7 @@ typedef struct uct_remapring_iface_config {
     unsigned                  ring_slots;   /* slots per sender's window */
     size_t                    pool_max;     /* upper bound of the pool */
     unsigned                  credit_batch; /* slots released per credit */
+    unsigned                  idle_slots;   /* granted to a quiet sender */
     unsigned                  max_peers;    /* senders one iface accepts */
     size_t                    max_short;    /* largest am_short payload */
     size_t                    rx_inline;    /* delivered to be copied */
@@ -87,6 +91,7 @@ struct uct_remapring_iface {
         uct_recv_desc_t          release_desc;
         unsigned                 rx_headroom;
         unsigned                 credit_batch;
+        unsigned                 idle_slots;
         unsigned                 nslots;
         unsigned                 headroom;    /* in front of a payload */
         uct_remapring_ring_layout_t layout;   /* of our rings' records */

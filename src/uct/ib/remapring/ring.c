@@ -43,6 +43,7 @@ void uct_remapring_ring_params_default(uct_remapring_ring_params_t *params)
     params->align        = 1;
     params->align_offset = 0;
     params->credit_batch = 4;
+    params->grant_min    = 0;
     params->commit       = UCT_REMAPRING_RING_COMMIT_TAIL;
     params->shared_slots = NULL;
     params->remap_view   = 1;
@@ -78,74 +79,191 @@ uct_remapring_ring_cpu_addr(const uct_remapring_ring_t *ring, uint64_t offset)
 
 static void uct_remapring_ring_publish(uct_remapring_ring_t *ring)
 {
-    uct_remapring_ring_ctl_store_limit(ring->ctl,
-                                       ring->credited + ring->window_size);
-    ring->published = ring->credited;
+    uct_remapring_ring_ctl_store_limit(ring->ctl, ring->backed);
+    ring->limit = ring->backed;
     ring->stats.ncredits++;
 }
 
-/*
- * Credit every slot the head has left, in order. A slot whose block holds
- * records gets a fresh block first; with none to be had the ring waits on
- * the pool, and release() calls back here when a block frees.
- */
-static void uct_remapring_ring_credit(uct_remapring_ring_t *ring)
+static void uct_remapring_ring_wait(uct_remapring_ring_t *ring)
+{
+    if (!ring->waiting) {
+        ucs_list_add_tail(&ring->pool->waiters, &ring->list);
+        ring->waiting = 1;
+        ring->stats.nwaits++;
+    }
+}
+
+static void uct_remapring_ring_unwait(uct_remapring_ring_t *ring)
+{
+    if (ring->waiting) {
+        ucs_list_del(&ring->list);
+        ring->waiting = 0;
+    }
+}
+
+/* The slot the head has left: its block goes back to the pool, or stays
+ * detached while records in it are held */
+static void uct_remapring_ring_retire(uct_remapring_ring_t *ring)
+{
+    unsigned slot = uct_remapring_ring_slot(ring, ring->credited);
+
+    uct_remapring_pool_block_detach(ring->pool, ring->slots[slot]);
+    uct_remapring_ring_set_slot(ring, slot, UCT_REMAPRING_POOL_BLOCK_NONE);
+    ring->credited += ring->block_size;
+}
+
+/* Put @a block under @a slot: in the slot tables, and in the ring view for
+ * a writer through it (an mmap) if another block was mapped there */
+static ucs_status_t uct_remapring_ring_place(uct_remapring_ring_t *ring,
+                                             unsigned slot, uint32_t block)
 {
     uct_remapring_pool_t *pool = ring->pool;
-    uint64_t done              = ring->head & ~(uint64_t)(ring->block_size - 1);
     ucs_status_t status;
-    uint32_t fresh;
-    unsigned slot;
 
-    while (ring->credited < done) {
-        slot = uct_remapring_ring_slot(ring, ring->credited);
-
-        if (pool->blocks[ring->slots[slot]].nholds > 0) {
-            status = uct_remapring_pool_block_get(pool, &fresh);
-            if (status != UCS_OK) {
-                if (!ring->waiting) {
-                    ucs_list_add_tail(&pool->waiters, &ring->list);
-                    ring->waiting = 1;
-                    ring->stats.nwaits++;
-                }
-                break;
-            }
-
-            /* a writer through the slot table follows the table alone: no
-             * system call */
-            status = !ring->remap_view ? UCS_OK :
-                     uct_remapring_pool_remap(pool, fresh,
-                                              (char *)ring->view +
+    if (ring->view_blocks[slot] != block) {
+        /* a writer through the slot table follows the table alone */
+        if (ring->remap_view) {
+            status = uct_remapring_pool_remap(pool, block,
+                                              (char*)ring->view +
                                                       ((size_t)slot
                                                        << ring->block_shift));
             if (status != UCS_OK) {
                 /* A failed MAP_FIXED may leave the slot unmapped: the ring
                  * is unusable, the writer is never credited past here */
-                uct_remapring_pool_block_put(pool, fresh);
+                uct_remapring_pool_block_put(pool, block);
                 ring->status = status;
-                break;
+                return status;
             }
+        }
 
-            uct_remapring_pool_block_detach(pool, ring->slots[slot]);
-            uct_remapring_pool_block_attach(pool, fresh, ring, slot);
-            uct_remapring_ring_set_slot(ring, slot, fresh);
-            ring->stats.nremaps++;
+        ring->view_blocks[slot] = block;
+        ring->stats.nremaps++;
+    }
+
+    uct_remapring_pool_block_attach(pool, block, ring, slot);
+    uct_remapring_ring_set_slot(ring, slot, block);
+    return UCS_OK;
+}
+
+/* Back the next slot past the window with a free block */
+static ucs_status_t uct_remapring_ring_back(uct_remapring_ring_t *ring)
+{
+    unsigned slot = uct_remapring_ring_slot(ring, ring->backed);
+    ucs_status_t status;
+    uint32_t block;
+
+    status = uct_remapring_pool_block_get(ring->pool, &block);
+    if (status != UCS_OK) {
+        return status;
+    }
+
+    status = uct_remapring_ring_place(ring, slot, block);
+    if (status != UCS_OK) {
+        return status;
+    }
+
+    ring->backed += ring->block_size;
+    return UCS_OK;
+}
+
+/* A fresh block under @a slot, whose block has holds and is detached */
+static ucs_status_t uct_remapring_ring_replace(uct_remapring_ring_t *ring,
+                                               unsigned slot)
+{
+    uint32_t held = ring->slots[slot];
+    ucs_status_t status;
+    uint32_t block;
+
+    status = uct_remapring_pool_block_get(ring->pool, &block);
+    if (status != UCS_OK) {
+        return status;
+    }
+
+    status = uct_remapring_ring_place(ring, slot, block);
+    if (status != UCS_OK) {
+        return status;
+    }
+
+    uct_remapring_pool_block_detach(ring->pool, held);
+    return UCS_OK;
+}
+
+/* How far ahead of the credited point the writer may write: the grant,
+ * doubled when the writer ran out of credit since last time and the pool
+ * has room, down to the minimum once the ring sleeps */
+static void uct_remapring_ring_adjust_grant(uct_remapring_ring_t *ring)
+{
+    uint64_t stalls = __atomic_load_n(&ring->ctl->stalls, __ATOMIC_RELAXED);
+
+    if ((stalls == ring->seen_stalls) || (ring->grant == ring->window_size)) {
+        return;
+    }
+
+    ring->seen_stalls = stalls;
+    if (uct_remapring_pool_available(ring->pool) >= 2 * ring->nslots) {
+        ring->grant = ucs_min(ring->grant * 2, ring->window_size);
+    }
+}
+
+/*
+ * Give back every slot the head has left, in order, and back the window
+ * ahead up to the grant. With the whole window granted, a slot whose block
+ * holds nothing is the next to back again: it keeps its block, no system
+ * call. A slot whose block holds records gets a fresh block; with none to
+ * be had the ring waits on the pool, and release() calls back here when a
+ * block frees.
+ */
+static void uct_remapring_ring_credit(uct_remapring_ring_t *ring)
+{
+    uct_remapring_pool_t *pool = ring->pool;
+    uint64_t done = ring->head & ~(uint64_t)(ring->block_size - 1);
+    uint64_t batch;
+    unsigned slot;
+
+    uct_remapring_ring_adjust_grant(ring);
+    while (ring->credited < done) {
+        slot = uct_remapring_ring_slot(ring, ring->credited);
+        if ((ring->backed != ring->credited + ring->window_size) ||
+            (ring->grant != ring->window_size)) {
+            uct_remapring_ring_retire(ring);
+            continue;
+        }
+
+        /* the whole window: the slot's next lap is the next one to back */
+        if (pool->blocks[ring->slots[slot]].nholds > 0) {
+            if (uct_remapring_ring_replace(ring, slot) != UCS_OK) {
+                break; /* waits for a free block, or for its own */
+            }
         } else {
             ring->stats.nreuse++;
         }
 
         ring->credited += ring->block_size;
+        ring->backed   += ring->block_size;
     }
 
-    if (ring->waiting && (ring->credited == done)) {
-        ucs_list_del(&ring->list);
-        ring->waiting = 0;
+    while (ring->backed < ring->credited + ring->grant) {
+        if (uct_remapring_ring_back(ring) != UCS_OK) {
+            break;
+        }
+    }
+
+    if ((ring->credited < done) ||
+        (ring->backed < ring->credited + ring->grant_min)) {
+        /* a block must free before the writer gets its minimum */
+        if (ring->status == UCS_OK) {
+            uct_remapring_ring_wait(ring);
+        }
+    } else {
+        uct_remapring_ring_unwait(ring);
     }
 
     /* Publish a full batch; what is left goes when a poll finds the ring
      * empty: nothing more would complete a slot until the writer writes
      * again, and it may be waiting for exactly these credits */
-    if (ring->credited - ring->published >= ring->credit_batch) {
+    batch = ucs_max(ucs_min(ring->credit_batch, ring->grant / 2),
+                    ring->block_size);
+    if (ring->backed - ring->limit >= batch) {
         uct_remapring_ring_publish(ring);
     }
 }
@@ -211,6 +329,13 @@ uct_remapring_ring_create(uct_remapring_pool_t *pool,
     ring->credit_batch =
             (uint64_t)ucs_max(1u, ucs_min(params->credit_batch, params->nslots))
             << pool->block_shift;
+    /* a writer through the ring view keeps the whole window: a slot that
+     * moves to another block costs an mmap */
+    ring->grant_min    = ((params->grant_min == 0) || params->remap_view) ?
+                         ring->window_size :
+                         ((size_t)ucs_min(params->grant_min, params->nslots)
+                          << pool->block_shift);
+    ring->grant        = ring->grant_min;
     ring->status       = UCS_OK;
     ring->shared_slots = params->shared_slots;
     ring->remap_view   = params->remap_view;
@@ -221,11 +346,17 @@ uct_remapring_ring_create(uct_remapring_pool_t *pool,
     }
     ucs_list_head_init(&ring->list);
 
-    ring->slots = calloc(ring->nslots, sizeof(*ring->slots));
+    /* the slot table, and the blocks mapped in the view */
+    ring->slots = malloc(2 * ring->nslots * sizeof(*ring->slots));
     if (ring->slots == NULL) {
         ucs_error("failed to allocate slot table of %u", ring->nslots);
         status = UCS_ERR_NO_MEMORY;
         goto err_free_ring;
+    }
+
+    ring->view_blocks = ring->slots + ring->nslots;
+    for (i = 0; i < 2 * ring->nslots; ++i) {
+        ring->slots[i] = UCT_REMAPRING_POOL_BLOCK_NONE;
     }
 
     ring->view = mmap(NULL, ring->window_size, PROT_NONE,
@@ -237,9 +368,9 @@ uct_remapring_ring_create(uct_remapring_pool_t *pool,
         goto err_free_slots;
     }
 
-    for (i = 0; i < ring->nslots; ++i) {
-        /* a full pool is the caller's to report, a failed growth was
-         * logged by the pool */
+    /* The first window: a full pool is the caller's to report, a failed
+     * growth was logged by the pool */
+    for (i = 0; i < (ring->grant >> ring->block_shift); ++i) {
         status = uct_remapring_pool_block_get(pool, &ring->slots[i]);
         if (status != UCS_OK) {
             goto err_put_blocks;
@@ -247,11 +378,15 @@ uct_remapring_ring_create(uct_remapring_pool_t *pool,
 
         uct_remapring_pool_block_attach(pool, ring->slots[i], ring, i);
         uct_remapring_ring_set_slot(ring, i, ring->slots[i]);
+        ring->view_blocks[i] = ring->slots[i];
     }
+    ring->backed = ring->grant;
+    ring->limit  = ring->grant;
 
     /* One mmap per run of consecutive blocks: a fresh pool gives one run, so
-     * a new ring usually costs one VMA */
-    for (i = 0; i < ring->nslots; i += run) {
+     * a new ring usually costs one VMA. A writer through the slot table
+     * never uses the view. */
+    for (i = 0; ring->remap_view && (i < ring->nslots); i += run) {
         for (run = 1; (i + run < ring->nslots) &&
                       (ring->slots[i + run] == ring->slots[i] + run);
              ++run) {
@@ -262,7 +397,7 @@ uct_remapring_ring_create(uct_remapring_pool_t *pool,
                                                 ((size_t)i
                                                  << ring->block_shift));
         if (status != UCS_OK) {
-            i = ring->nslots;
+            i = ring->grant >> ring->block_shift;
             goto err_put_blocks;
         }
     }
@@ -281,7 +416,7 @@ uct_remapring_ring_create(uct_remapring_pool_t *pool,
     ctl->info.align_offset = ring->layout.align_offset;
     ctl->info.commit       = ring->commit;
     uct_remapring_ring_ctl_store_tail(ctl, 0);
-    uct_remapring_ring_ctl_store_limit(ctl, ring->window_size);
+    uct_remapring_ring_ctl_store_limit(ctl, ring->limit);
 
     ucs_debug("ring %s view %p slots %u of %zu bytes reserve %u inline %u"
               " commit %d pool %p", ring->name, ring->view, ring->nslots,
@@ -292,7 +427,9 @@ uct_remapring_ring_create(uct_remapring_pool_t *pool,
 
 err_put_blocks:
     while (i-- > 0) {
-        uct_remapring_pool_block_put(pool, ring->slots[i]);
+        if (ring->slots[i] != UCT_REMAPRING_POOL_BLOCK_NONE) {
+            uct_remapring_pool_block_put(pool, ring->slots[i]);
+        }
     }
     munmap(ring->view, ring->window_size);
 err_free_slots:
@@ -306,12 +443,11 @@ void uct_remapring_ring_destroy(uct_remapring_ring_t *ring)
 {
     unsigned i;
 
-    if (ring->waiting) {
-        ucs_list_del(&ring->list);
-    }
-
+    uct_remapring_ring_unwait(ring);
     for (i = 0; i < ring->nslots; ++i) {
-        uct_remapring_pool_block_detach(ring->pool, ring->slots[i]);
+        if (ring->slots[i] != UCT_REMAPRING_POOL_BLOCK_NONE) {
+            uct_remapring_pool_block_detach(ring->pool, ring->slots[i]);
+        }
     }
 
     munmap(ring->view, ring->window_size);
@@ -325,8 +461,8 @@ static ucs_status_t uct_remapring_ring_bad(uct_remapring_ring_t *ring,
 {
     ucs_error("ring %s: bad record at offset %lu (limit %lu): %s; stamp"
               " 0x%lx length %u type 0x%x",
-              ring->name, ring->head, ring->published + ring->window_size,
-              what, hdr->stamp ^ ring->nonce, hdr->length, hdr->type);
+              ring->name, ring->head, ring->limit, what,
+              hdr->stamp ^ ring->nonce, hdr->length, hdr->type);
     ring->status = UCS_ERR_IO_ERROR;
     return ring->status;
 }
@@ -341,11 +477,10 @@ static int uct_remapring_ring_load_tail(uct_remapring_ring_t *ring)
         return 0;
     }
 
-    if ((tail < ring->tail) ||
-        (tail > ring->published + ring->window_size) ||
+    if ((tail < ring->tail) || (tail > ring->limit) ||
         ((tail % UCT_REMAPRING_RING_ALIGN) != 0)) {
         ucs_error("ring %s: bad tail %lu: head %lu limit %lu", ring->name,
-                  tail, ring->head, ring->published + ring->window_size);
+                  tail, ring->head, ring->limit);
         ring->status = UCS_ERR_IO_ERROR;
         return 0;
     }
@@ -369,8 +504,13 @@ uct_remapring_ring_committed(uct_remapring_ring_t *ring, const void *rec)
 
 int uct_remapring_ring_is_empty(uct_remapring_ring_t *ring)
 {
-    const void *rec = uct_remapring_ring_cpu_addr(ring, ring->head);
+    const void *rec;
 
+    if (ring->head >= ring->limit) {
+        return 1;
+    }
+
+    rec = uct_remapring_ring_cpu_addr(ring, ring->head);
     if (ring->commit == UCT_REMAPRING_RING_COMMIT_STAMP) {
         return __atomic_load_n((const uint64_t*)rec, __ATOMIC_ACQUIRE) !=
                (ring->head ^ ring->nonce);
@@ -392,13 +532,15 @@ uct_remapring_ring_poll(uct_remapring_ring_t *ring, uct_remapring_ring_rx_t *rx)
     }
 
     for (;;) {
-        rec = uct_remapring_ring_cpu_addr(ring, ring->head);
-        if (!uct_remapring_ring_committed(ring, rec)) {
+        /* nothing past the limit: its slot may have no block */
+        rec = (ring->head < ring->limit) ?
+              uct_remapring_ring_cpu_addr(ring, ring->head) : NULL;
+        if ((rec == NULL) || !uct_remapring_ring_committed(ring, rec)) {
             if (ucs_unlikely(ring->status != UCS_OK)) {
                 return ring->status;
             }
 
-            if (ring->credited != ring->published) {
+            if (ring->backed != ring->limit) {
                 uct_remapring_ring_publish(ring);
             }
             return UCS_ERR_NO_PROGRESS;
@@ -414,7 +556,7 @@ uct_remapring_ring_poll(uct_remapring_ring_t *ring, uct_remapring_ring_rx_t *rx)
 
         /* the writer may have written below the tail (TAIL) or the limit */
         limit = (ring->commit == UCT_REMAPRING_RING_COMMIT_TAIL) ?
-                ring->tail : (ring->published + ring->window_size);
+                ring->tail : ring->limit;
         pos   = ring->head & pos_mask;
         if (hdr.type == UCT_REMAPRING_RING_REC_DATA) {
             size = uct_remapring_ring_record_size(&ring->layout, ring->head,
@@ -461,7 +603,10 @@ void uct_remapring_ring_consume(uct_remapring_ring_t *ring,
     if (hold) {
         uct_remapring_pool_block_hold(ring->pool,
                                       ring->slots[uct_remapring_ring_slot(
-                                              ring, rx->offset)]);
+                                              ring, rx->offset)],
+                                      rx->offset & (ring->block_size - 1),
+                                      ((rx->next - 1) & (ring->block_size - 1))
+                                      + 1);
         ring->stats.nholds++;
     }
 
@@ -510,9 +655,14 @@ uct_remapring_ring_release(uct_remapring_pool_t *pool, const void *addr)
 
 void uct_remapring_ring_flush_credits(uct_remapring_ring_t *ring)
 {
-    if (ring->credited != ring->published) {
+    if (ring->backed != ring->limit) {
         uct_remapring_ring_publish(ring);
     }
+}
+
+void uct_remapring_ring_idle(uct_remapring_ring_t *ring)
+{
+    ring->grant = ring->grant_min;
 }
 
 void uct_remapring_ring_get_info(const uct_remapring_ring_t *ring,
@@ -571,6 +721,13 @@ uct_remapring_ring_writer_init(uct_remapring_ring_writer_t *writer,
                                                          &layout);
     writer->limit       = uct_remapring_wire_limit(wire);
     return UCS_OK;
+}
+
+void uct_remapring_wire_ctl_stalled(uct_remapring_ring_ctl_t *ctl)
+{
+    __atomic_store_n(&ctl->stalls,
+                     __atomic_load_n(&ctl->stalls, __ATOMIC_RELAXED) + 1,
+                     __ATOMIC_RELAXED);
 }
 
 /* A segment for @a length bytes of @a buffer at ring offset @a offset */

@@ -51,12 +51,23 @@
  * Control words (uct_remapring_ring_ctl_t, shared, one cache line each):
  *   tail   written by the writer only (TAIL commit): every record below it
  *          is in the reader's memory.
+ *   stalls written by the writer only: how often it ran out of credit.
  *   limit  written by the reader only, store-release, after every slot below
  *          it is backed by a block the writer may overwrite; the writer
  *          load-acquires it and writes nothing at or past it.
  * So, for the writer: tail <= limit; for the reader: credited <= head <=
- * tail and limit <= credited + W, where credited (a multiple of B) is the
- * first slot not yet given back.
+ * tail, and limit <= backed <= credited + grant <= credited + W, where the
+ * slots in [credited, backed) have blocks (multiples of B) and no other
+ * slot has one.
+ *
+ * Grant: a writer through the shared slot table (shm) is granted grant_min
+ * slots while quiet, so that an idle sender holds few blocks; each time it
+ * ran out of credit (stalls changed) the grant doubles, up to W, while the
+ * pool has room, and it falls back to grant_min when the ring sleeps
+ * (uct_remapring_ring_idle). Granted slots are never taken back: a sender
+ * that falls quiet keeps what it was last granted until it writes again. A
+ * writer through the ring view (cma) is always granted W: moving a slot to
+ * another block costs it an mmap.
  *
  * Holds: a delivered record may be held. When head leaves a slot, its block
  * is reused in place if no record in it is held (no system call), otherwise
@@ -149,6 +160,7 @@ typedef struct uct_remapring_ring_info {
 struct uct_remapring_ring_ctl {
     uct_remapring_ring_info_t info UCS_V_ALIGNED(64); /* set by the reader */
     uint64_t tail UCS_V_ALIGNED(64); /* writer -> reader, TAIL commit */
+    uint64_t stalls; /* writer -> reader: times it ran out of credit */
     uint64_t limit UCS_V_ALIGNED(64); /* reader -> writer */
 } UCS_V_ALIGNED(64);
 
@@ -325,6 +337,10 @@ typedef struct uct_remapring_ring_params {
     unsigned align; /* descriptor payload alignment (1: none) */
     unsigned align_offset; /* see uct_remapring_ring_info_t */
     unsigned credit_batch; /* slots credited per limit update */
+    unsigned grant_min; /* slots granted while the writer is quiet, the
+                           grant doubles when it runs out, up to nslots;
+                           0: always nslots. A writer through the view
+                           (remap_view) always gets nslots */
     uct_remapring_ring_commit_t commit; /* what the writer's wire can do */
     uint32_t *shared_slots; /* NULL, or nslots words the writer reads: a
                                mirror of the slot table (shm wire) */
@@ -371,7 +387,8 @@ struct uct_remapring_ring {
     uct_remapring_pool_t *pool;
     uct_remapring_ring_ctl_t *ctl;
     void *view; /* ring view, W bytes */
-    uint32_t *slots; /* slot -> pool block */
+    uint32_t *slots; /* slot -> pool block, NONE outside the window */
+    uint32_t *view_blocks; /* slot -> block mapped there in the view */
     uint32_t *shared_slots; /* mirror of slots for the writer, or NULL */
     int remap_view; /* see uct_remapring_ring_params_t */
     uct_remapring_ring_commit_t commit;
@@ -384,8 +401,12 @@ struct uct_remapring_ring {
     uint64_t credit_batch; /* in bytes */
     uint64_t head; /* next record to read */
     uint64_t tail; /* last tail loaded (TAIL commit) */
-    uint64_t credited; /* slots below are credited */
-    uint64_t published; /* last limit stored, minus W */
+    uint64_t credited; /* slots below went back to the pool */
+    uint64_t backed; /* slots in [credited, backed) have blocks */
+    uint64_t limit; /* last limit stored; <= backed */
+    uint64_t grant; /* backed - credited, at most, in bytes */
+    uint64_t grant_min;
+    uint64_t seen_stalls; /* of the writer, at the last grant change */
     ucs_status_t status; /* sticky error */
     char name[48]; /* for the log */
     int waiting; /* on pool->waiters */
@@ -472,6 +493,12 @@ uct_remapring_ring_release(uct_remapring_pool_t *pool, const void *addr);
  * side.
  */
 void uct_remapring_ring_flush_credits(uct_remapring_ring_t *ring);
+
+
+/**
+ * The ring went quiet: grant only grant_min from now on; reader side.
+ */
+void uct_remapring_ring_idle(uct_remapring_ring_t *ring);
 
 
 /**
@@ -586,7 +613,13 @@ uct_remapring_ring_writer_can_send(uct_remapring_ring_writer_t *writer,
 
     writer->stats.ncredit_reads++;
     writer->limit = uct_remapring_wire_limit(writer->wire);
-    return uct_remapring_ring_writer_has_credit(writer, length);
+    if (uct_remapring_ring_writer_has_credit(writer, length)) {
+        return 1;
+    }
+
+    /* asks for a larger grant */
+    uct_remapring_wire_stalled(writer->wire);
+    return 0;
 }
 
 

@@ -12,6 +12,7 @@
 #include <ucs/sys/math.h>
 
 #include <errno.h>
+#include <fcntl.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
@@ -33,7 +34,81 @@ void uct_remapring_pool_params_default(uct_remapring_pool_params_t *params)
     params->init_blocks = 64;
     params->grow_blocks = 64;
     params->max_blocks  = 4096;
+    params->max_bytes   = 0;
     params->name        = "remapring-pool";
+}
+
+/* Pages counted against max_bytes: free and attached blocks whole, detached
+ * ones by their held pages */
+static uint64_t uct_remapring_pool_mem_pages(const uct_remapring_pool_t *pool)
+{
+    return ((uint64_t)(pool->nblocks - pool->stats.ndetached) *
+            pool->pages_per_block) +
+           pool->stats.held_pages;
+}
+
+static void uct_remapring_pool_update_mem(uct_remapring_pool_t *pool)
+{
+    pool->stats.mem_bytes = uct_remapring_pool_mem_pages(pool)
+                            << pool->page_shift;
+}
+
+/* Blocks the pool may still make under both limits */
+static uint64_t uct_remapring_pool_growable(const uct_remapring_pool_t *pool)
+{
+    uint64_t used = uct_remapring_pool_mem_pages(pool);
+    uint64_t by_mem;
+
+    by_mem = (used >= pool->max_pages) ?
+             0 : ((pool->max_pages - used) / pool->pages_per_block);
+    return ucs_min(by_mem, pool->max_blocks - pool->nblocks);
+}
+
+uint64_t uct_remapring_pool_available(const uct_remapring_pool_t *pool)
+{
+    return pool->stats.nfree + uct_remapring_pool_growable(pool);
+}
+
+static inline uint64_t *
+uct_remapring_pool_held_map(const uct_remapring_pool_t *pool, uint32_t block)
+{
+    return &pool->held_map[(size_t)block * pool->map_words];
+}
+
+/* Give back the memory of the pages of a detached block that no held record
+ * touches: the held ones stay, at their CPU-view addresses */
+static void uct_remapring_pool_punch(uct_remapring_pool_t *pool,
+                                     uint32_t block)
+{
+    const uint64_t *map = uct_remapring_pool_held_map(pool, block);
+    off_t base          = (off_t)block << pool->block_shift;
+    unsigned page, run, held = 0;
+
+    for (page = 0; page < pool->pages_per_block; page += run) {
+        if (map[page / 64] & UCS_BIT(page % 64)) {
+            run = 1;
+            ++held;
+            continue;
+        }
+
+        for (run = 1; (page + run < pool->pages_per_block) &&
+                      !(map[(page + run) / 64] & UCS_BIT((page + run) % 64));
+             ++run) {
+        }
+
+        /* failure only costs memory: the pages stay as they are */
+        if (fallocate(pool->fd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE,
+                      base + ((off_t)page << pool->page_shift),
+                      (off_t)run << pool->page_shift) == 0) {
+            pool->stats.npunches++;
+        } else {
+            ucs_debug("pool %p punch of block %u pages %u+%u failed: %m",
+                      pool, block, page, run);
+        }
+    }
+
+    pool->blocks[block].held_pages = held;
+    pool->stats.held_pages        += held;
 }
 
 static ucs_status_t
@@ -73,6 +148,7 @@ uct_remapring_pool_grow(uct_remapring_pool_t *pool, unsigned count)
 
     pool->nblocks += count;
     pool->stats.nblocks = pool->nblocks;
+    uct_remapring_pool_update_mem(pool);
     pool->stats.nfree += count;
     pool->stats.ngrows++;
     ucs_debug("pool %p grew to %u blocks of %zu bytes", pool, pool->nblocks,
@@ -106,6 +182,16 @@ uct_remapring_pool_create(const uct_remapring_pool_params_t *params,
         return UCS_ERR_NO_MEMORY;
     }
 
+    pool->block_size      = params->block_size;
+    pool->block_shift     = ucs_ilog2(params->block_size);
+    pool->page_shift      = ucs_ilog2(page_size);
+    pool->pages_per_block = params->block_size / page_size;
+    pool->map_words       = ucs_div_round_up(pool->pages_per_block, 64);
+    pool->max_pages       = ((params->max_bytes == 0) ?
+                             ((uint64_t)params->max_blocks *
+                              params->block_size) :
+                             params->max_bytes) / page_size;
+
     pool->blocks = calloc(params->max_blocks, sizeof(*pool->blocks));
     if (pool->blocks == NULL) {
         ucs_error("failed to allocate %u pool block descriptors",
@@ -114,8 +200,15 @@ uct_remapring_pool_create(const uct_remapring_pool_params_t *params,
         goto err_free_pool;
     }
 
-    pool->block_size       = params->block_size;
-    pool->block_shift      = ucs_ilog2(params->block_size);
+    pool->held_map = calloc((size_t)params->max_blocks * pool->map_words,
+                            sizeof(*pool->held_map));
+    if (pool->held_map == NULL) {
+        ucs_error("failed to allocate page maps of %u pool blocks",
+                  params->max_blocks);
+        status = UCS_ERR_NO_MEMORY;
+        goto err_free_blocks;
+    }
+
     pool->max_blocks       = params->max_blocks;
     pool->grow_blocks      = params->grow_blocks;
     pool->free_head        = UCT_REMAPRING_POOL_BLOCK_NONE;
@@ -131,7 +224,7 @@ uct_remapring_pool_create(const uct_remapring_pool_params_t *params,
         goto err_free_blocks;
     }
 
-    reserve        = (size_t)params->max_blocks << pool->block_shift;
+    reserve = (size_t)params->max_blocks << pool->block_shift;
     pool->cpu_base = mmap(NULL, reserve, PROT_NONE,
                           MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
     if (pool->cpu_base == MAP_FAILED) {
@@ -141,7 +234,9 @@ uct_remapring_pool_create(const uct_remapring_pool_params_t *params,
     }
 
     if (params->init_blocks > 0) {
-        status = uct_remapring_pool_grow(pool, params->init_blocks);
+        status = uct_remapring_pool_grow(
+                pool, ucs_min(params->init_blocks,
+                              uct_remapring_pool_growable(pool)));
         if (status != UCS_OK) {
             goto err_unmap;
         }
@@ -158,6 +253,7 @@ err_unmap:
 err_close_fd:
     close(pool->fd);
 err_free_blocks:
+    free(pool->held_map);
     free(pool->blocks);
 err_free_pool:
     free(pool);
@@ -173,6 +269,7 @@ void uct_remapring_pool_destroy(uct_remapring_pool_t *pool)
 
     munmap(pool->cpu_base, (size_t)pool->max_blocks << pool->block_shift);
     close(pool->fd);
+    free(pool->held_map);
     free(pool->blocks);
     free(pool);
 }
@@ -185,13 +282,14 @@ uct_remapring_pool_block_get(uct_remapring_pool_t *pool, uint32_t *block_p)
     uint32_t index;
 
     if (pool->free_head == UCT_REMAPRING_POOL_BLOCK_NONE) {
-        if (pool->nblocks >= pool->max_blocks) {
+        if (uct_remapring_pool_growable(pool) == 0) {
             return UCS_ERR_NO_RESOURCE;
         }
 
-        status = uct_remapring_pool_grow(pool, ucs_min(pool->grow_blocks,
-                                                       pool->max_blocks -
-                                                               pool->nblocks));
+        status = uct_remapring_pool_grow(pool,
+                                         ucs_min(pool->grow_blocks,
+                                                 uct_remapring_pool_growable(
+                                                         pool)));
         if (status != UCS_OK) {
             return status;
         }
@@ -242,10 +340,21 @@ void uct_remapring_pool_block_detach(uct_remapring_pool_t *pool,
     block->state = UCT_REMAPRING_POOL_BLOCK_DETACHED;
     block->owner = NULL;
     pool->stats.ndetached++;
+    uct_remapring_pool_punch(pool, index);
+    uct_remapring_pool_update_mem(pool);
 }
 
-void uct_remapring_pool_block_hold(uct_remapring_pool_t *pool, uint32_t index)
+void uct_remapring_pool_block_hold(uct_remapring_pool_t *pool, uint32_t index,
+                                   size_t start, size_t end)
 {
+    uint64_t *map = uct_remapring_pool_held_map(pool, index);
+    size_t page;
+
+    for (page = start >> pool->page_shift;
+         page <= ((end - 1) >> pool->page_shift); ++page) {
+        map[page / 64] |= UCS_BIT(page % 64);
+    }
+
     if (pool->blocks[index].nholds++ == 0) {
         pool->stats.nheld_blocks++;
     }
@@ -263,12 +372,18 @@ uct_remapring_pool_block_unhold(uct_remapring_pool_t *pool, uint32_t index)
     }
 
     pool->stats.nheld_blocks--;
+    memset(uct_remapring_pool_held_map(pool, index), 0,
+           pool->map_words * sizeof(uint64_t));
     if (block->state != UCT_REMAPRING_POOL_BLOCK_DETACHED) {
         return UCT_REMAPRING_POOL_UNHOLD_ATTACHED;
     }
 
+    /* back whole: its punched pages fault in again when written */
     pool->stats.ndetached--;
+    pool->stats.held_pages -= block->held_pages;
+    block->held_pages       = 0;
     uct_remapring_pool_block_put(pool, index);
+    uct_remapring_pool_update_mem(pool);
     return UCT_REMAPRING_POOL_UNHOLD_FREED;
 }
 

@@ -18,6 +18,12 @@
  *   returns to the free list when its last hold is released).
  * - nholds counts the held records in a block. The block's state, owner and
  *   holds change only through the functions below, which keep the counters.
+ * - Memory: a block detached with holds keeps only the pages its held
+ *   records touch; the rest are punched out of the memfd
+ *   (fallocate(PUNCH_HOLE)), so a held record costs its pages, not its
+ *   block. Two limits apply: max_blocks blocks of address space, and
+ *   max_bytes of memory, counting free and attached blocks whole and
+ *   detached ones by their held pages.
  *   Nothing here is thread safe: all calls on one pool, and on the rings
  *   made from it, are serialised by the caller (the receiver).
  */
@@ -56,6 +62,7 @@ typedef struct uct_remapring_pool_block {
     uint32_t next_free; /* free list link, while FREE */
     uint32_t state; /* uct_remapring_pool_block_state_t */
     uint32_t slot; /* slot it backs, while ATTACHED */
+    uint32_t held_pages; /* pages kept, while DETACHED */
     uct_remapring_ring_t *owner; /* ring it backs, while ATTACHED */
 } uct_remapring_pool_block_t;
 
@@ -67,7 +74,8 @@ typedef struct uct_remapring_pool_params {
     size_t block_size; /* B: power of two, >= page size */
     unsigned init_blocks; /* blocks made at create */
     unsigned grow_blocks; /* blocks added per growth step */
-    unsigned max_blocks; /* hard limit on pool size */
+    unsigned max_blocks; /* limit of blocks (address space) */
+    size_t max_bytes; /* limit of memory; 0: max_blocks * B */
     const char *name; /* memfd name, for /proc/<pid>/maps */
 } uct_remapring_pool_params_t;
 
@@ -85,6 +93,9 @@ typedef struct uct_remapring_pool_stats {
     uint64_t nremaps; /* mmap(MAP_FIXED) of one block under a slot */
     uint64_t remap_ns; /* time spent in those mmap calls */
     uint64_t ngrows; /* growth steps */
+    uint64_t held_pages; /* pages kept by detached blocks */
+    uint64_t npunches; /* fallocate(PUNCH_HOLE) calls */
+    uint64_t mem_bytes; /* memory counted against max_bytes */
 } uct_remapring_pool_stats_t;
 
 
@@ -100,8 +111,14 @@ typedef struct uct_remapring_pool {
     unsigned nblocks; /* blocks made so far */
     unsigned max_blocks;
     unsigned grow_blocks;
+    unsigned page_shift; /* log2(page size) */
+    unsigned pages_per_block;
+    unsigned map_words; /* 64-bit words of one block's page map */
+    uint64_t max_pages; /* max_bytes in pages */
     uint32_t free_head; /* first free block or NONE */
     uct_remapring_pool_block_t *blocks; /* [max_blocks] */
+    uint64_t *held_map; /* [max_blocks][map_words]: pages held records
+                           touch */
     ucs_list_link_t waiters; /* rings waiting for a block */
     uct_remapring_pool_stats_t stats;
 } uct_remapring_pool_t;
@@ -109,7 +126,7 @@ typedef struct uct_remapring_pool {
 
 /**
  * Fill @a params with defaults: 64 KiB blocks, 64 initial, grow by 64, at
- * most 4096 blocks (256 MiB).
+ * most 4096 blocks (256 MiB), no lower memory limit.
  */
 void uct_remapring_pool_params_default(uct_remapring_pool_params_t *params);
 
@@ -168,9 +185,18 @@ void uct_remapring_pool_block_detach(uct_remapring_pool_t *pool,
 
 
 /**
- * One more record of @a block is held.
+ * One more record of @a block is held: the one at bytes [@a start, @a end)
+ * of the block.
  */
-void uct_remapring_pool_block_hold(uct_remapring_pool_t *pool, uint32_t block);
+void uct_remapring_pool_block_hold(uct_remapring_pool_t *pool, uint32_t block,
+                                   size_t start, size_t end);
+
+
+/**
+ * Blocks the pool could still hand out: free ones, and those it may still
+ * make under both of its limits.
+ */
+uint64_t uct_remapring_pool_available(const uct_remapring_pool_t *pool);
 
 
 /**
@@ -212,6 +238,16 @@ ucs_status_t uct_remapring_pool_remap(uct_remapring_pool_t *pool,
  */
 void uct_remapring_pool_get_stats(const uct_remapring_pool_t *pool,
                                   uct_remapring_pool_stats_t *stats);
+
+
+/**
+ * Blocks backing slots of rings now.
+ */
+static inline uint64_t
+uct_remapring_pool_attached(const uct_remapring_pool_t *pool)
+{
+    return pool->nblocks - pool->stats.nfree - pool->stats.ndetached;
+}
 
 
 /**

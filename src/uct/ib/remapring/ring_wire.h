@@ -22,7 +22,8 @@
  *   RDMA write after the data on the same QP), never implied by the order
  *   of bytes inside one write.
  * - limit: the reader's last published limit (load-acquire); the writer may
- *   write below it.
+ *   write below it. stalled: the writer found too little below it, which
+ *   the reader takes as a request for a larger grant.
  *
  * A wire is used by one writer thread at a time.
  */
@@ -69,6 +70,8 @@ typedef struct uct_remapring_wire_ops {
     void (*publish_tail)(uct_remapring_wire_t *wire, uint64_t tail);
     /** Read the reader's limit. */
     uint64_t (*limit)(uct_remapring_wire_t *wire);
+    /** Tell the reader the writer ran out of credit (the stalls word). */
+    void (*stalled)(uct_remapring_wire_t *wire);
     /** Free the wire. */
     void (*destroy)(uct_remapring_wire_t *wire);
 } uct_remapring_wire_ops_t;
@@ -123,6 +126,22 @@ static inline uint64_t uct_remapring_wire_limit(uct_remapring_wire_t *wire)
 {
     return wire->ops->limit(wire);
 }
+
+
+/**
+ * Tell the reader the writer ran out of credit; writer side.
+ */
+static inline void uct_remapring_wire_stalled(uct_remapring_wire_t *wire)
+{
+    wire->ops->stalled(wire);
+}
+
+
+/**
+ * The stalls word of the ring control words @a ctl: one more (the writer
+ * alone writes it). For wires that see the control words in memory.
+ */
+void uct_remapring_wire_ctl_stalled(uct_remapring_ring_ctl_t *ctl);
 
 
 /**

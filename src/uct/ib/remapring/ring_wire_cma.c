@@ -125,6 +125,11 @@ static uint64_t uct_remapring_wire_cma_limit(uct_remapring_wire_t *wire)
             ((uct_remapring_wire_cma_t *)wire)->ctl);
 }
 
+static void uct_remapring_wire_cma_stalled(uct_remapring_wire_t *wire)
+{
+    uct_remapring_wire_ctl_stalled(((uct_remapring_wire_cma_t*)wire)->ctl);
+}
+
 static void uct_remapring_wire_cma_destroy(uct_remapring_wire_t *wire)
 {
     free(wire);
@@ -134,6 +139,7 @@ static const uct_remapring_wire_ops_t uct_remapring_wire_cma_ops = {
         .write         = uct_remapring_wire_cma_write,
         .publish_tail  = uct_remapring_wire_cma_publish_tail,
         .limit         = uct_remapring_wire_cma_limit,
+        .stalled       = uct_remapring_wire_cma_stalled,
         .destroy       = uct_remapring_wire_cma_destroy};
 
 ucs_status_t uct_remapring_wire_cma_create(pid_t pid, uint64_t remote_view,

@@ -50,6 +50,11 @@ uct_remapring_wire_local_limit(uct_remapring_wire_t *wire)
             ((uct_remapring_wire_local_t *)wire)->ctl);
 }
 
+static void uct_remapring_wire_local_stalled(uct_remapring_wire_t *wire)
+{
+    uct_remapring_wire_ctl_stalled(((uct_remapring_wire_local_t*)wire)->ctl);
+}
+
 static void uct_remapring_wire_local_destroy(uct_remapring_wire_t *wire)
 {
     free(wire);
@@ -59,6 +64,7 @@ static const uct_remapring_wire_ops_t uct_remapring_wire_local_ops = {
         .write         = uct_remapring_wire_local_write,
         .publish_tail  = uct_remapring_wire_local_publish_tail,
         .limit         = uct_remapring_wire_local_limit,
+        .stalled       = uct_remapring_wire_local_stalled,
         .destroy       = uct_remapring_wire_local_destroy};
 
 ucs_status_t uct_remapring_wire_local_create(void *view, size_t window_size,

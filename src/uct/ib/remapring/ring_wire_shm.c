@@ -89,6 +89,11 @@ static uint64_t uct_remapring_wire_shm_limit(uct_remapring_wire_t *wire)
             ((uct_remapring_wire_shm_t*)wire)->ctl);
 }
 
+static void uct_remapring_wire_shm_stalled(uct_remapring_wire_t *wire)
+{
+    uct_remapring_wire_ctl_stalled(((uct_remapring_wire_shm_t*)wire)->ctl);
+}
+
 static void uct_remapring_wire_shm_destroy(uct_remapring_wire_t *wire)
 {
     uct_remapring_wire_shm_t *shm = (uct_remapring_wire_shm_t*)wire;
@@ -101,6 +106,7 @@ static const uct_remapring_wire_ops_t uct_remapring_wire_shm_ops = {
     .write         = uct_remapring_wire_shm_write,
     .publish_tail  = uct_remapring_wire_shm_publish_tail,
     .limit         = uct_remapring_wire_shm_limit,
+        .stalled       = uct_remapring_wire_shm_stalled,
     .destroy       = uct_remapring_wire_shm_destroy
 };
 
