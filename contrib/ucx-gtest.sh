@@ -143,8 +143,9 @@ run() {
         exit 77
     fi
 
-    # The module offers its device only where UCX_TLS names remapring; this
-    # is only for that check (UCT itself and these suites do not read it).
+    # Only for the module's own check: today it offers its device only where
+    # UCX_TLS names remapring (UCT and these suites do not read UCX_TLS).
+    # Drop this once the module no longer reads it.
     export UCX_TLS=${UCX_TLS:-remapring}
     # UCX's test Makefile defaults to UCX_HANDLE_ERRORS=freeze, which would
     # turn the watchdog's abort into a hang: print a backtrace and exit.
@@ -189,7 +190,7 @@ run() {
     rc=0
     awk -v filter="$filter" '
         function unfinished() {
-            if (cur != "") { nf++; failed[nf] = cur " (did not finish)" }
+            if (cur != "") { nf++; failed[nf] = cur " (did not finish: watchdog or crash)" }
             cur = ""
         }
         /^\[ RUN      \] / { unfinished(); cur = $4; skip = ""; next }
