@@ -190,7 +190,9 @@ run() {
     rc=0
     awk -v filter="$filter" '
         function unfinished() {
-            if (cur != "") { nf++; failed[nf] = cur " (did not finish: watchdog or crash)" }
+            if (cur != "") {
+                nf++; failed[nf] = cur " (did not finish: watchdog or crash)"
+            }
             cur = ""
         }
         /^\[ RUN      \] / { unfinished(); cur = $4; skip = ""; next }
