@@ -6,8 +6,11 @@
 #
 # usage: contrib/test.sh [--asan | --valgrind] [ctest arguments...]
 #   (none)      build in BUILD_DIR (default build/) and run every test:
-#               each GoogleTest case, and the shell tests (*.sh) that drive
-#               the stock UCX tools with the module preloaded
+#               each GoogleTest case, the shell tests (*.sh) that drive
+#               the stock UCX tools with the module preloaded, and UCX's
+#               own UCT suites instantiated for remapring (ucx/remapring/*,
+#               one test per suite; the harness is built once and cached
+#               by contrib/ucx-gtest.sh, which also runs one suite by hand)
 #   --asan      build with AddressSanitizer in BUILD_DIR (default
 #               build-asan/) and run the GoogleTest cases under it; leaks
 #               fail a test, contrib/lsan.supp lists the accepted ones
@@ -21,9 +24,10 @@
 #               notifier stress) skip, with the reason in their output
 #   Run as root with no free huge page, it reserves four 2 MiB pages
 #   (vm.nr_hugepages) for the hugetlb cases and restores the setting after.
-#   Under --asan and --valgrind the shell tests are left out: they preload
-#   the module into the stock tools, which host neither. (--valgrind-case
-#   is internal: the command each case runs through under --valgrind.)
+#   Under --asan and --valgrind the shell tests and UCX's suites are left
+#   out: they preload the module into stock programs, which host neither.
+#   (--valgrind-case is internal: the command each case runs through under
+#   --valgrind.)
 #   e.g.     contrib/test.sh -R ring -j2
 #            BUILD_DIR=$PWD/build-vg contrib/test.sh --valgrind -j2
 #
@@ -89,6 +93,9 @@ case "$mode" in
 *)
     export BUILD_DIR=${BUILD_DIR:-$top/build}
     "$top/contrib/build.sh"
+    # UCX's UCT suites; without the harness their tests skip with the reason
+    "$top/contrib/ucx-gtest.sh" build >/dev/null ||
+        echo "test.sh: UCX's suites (ucx/remapring/*) will skip" >&2
     ;;
 esac
 
@@ -112,7 +119,7 @@ fi
 
 rc=0
 if [ -n "$mode" ]; then
-    ctest --output-on-failure -E '\.sh$' "$@" || rc=$?
+    ctest --output-on-failure -E '\.sh$|^ucx/' "$@" || rc=$?
 else
     ctest --output-on-failure "$@" || rc=$?
 fi
