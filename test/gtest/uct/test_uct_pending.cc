@@ -321,19 +321,29 @@ TEST_F(test_uct_pending, holds_never_stop_the_sender)
     release_all();
 }
 
-/* before the receiver progressed, a new endpoint cannot send: its request
- * waits in the queue and fires once the ring exists (a receiver of its own:
- * the pool of m_receiver fits one ring only) */
+/* A new endpoint on the shm wire sends at once, into a ring the receiver
+ * made in advance. On the cma wire, before the receiver progressed, it
+ * cannot: its request waits in the queue and fires once the ring exists (a
+ * receiver of its own: the pool of m_receiver is small) */
 TEST_F(test_uct_pending, pending_until_connected)
 {
-    entity *sender2   = create_entity();
-    entity *receiver2 = create_entity();
-    uct_ep_h ep2;
-    request req       = {};
+    entity *shm_sender = create_entity();
+    entity *sender2    = create_entity({{"WIRE", "cma"}});
+    entity *receiver2  = create_entity();
+    uct_ep_h ep2, shm_ep;
+    request req        = {};
 
     ASSERT_NE(nullptr, receiver2);
     ASSERT_EQ(UCS_OK, uct_iface_set_am_handler(receiver2->iface, AM_ID,
                                                am_handler, this, 0));
+    ASSERT_EQ(UCS_OK, shm_sender->ep_create(receiver2->dev_addr.data(),
+                                            receiver2->iface_addr.data(),
+                                            &shm_ep));
+    EXPECT_EQ(UCS_OK, uct_ep_am_short(shm_ep, AM_ID, 76, NULL, 0));
+    ASSERT_TRUE(wait_for([&]() { return !m_seeds.empty(); }));
+    EXPECT_EQ(76u, m_seeds[0]);
+    m_seeds.clear();
+
     ASSERT_EQ(UCS_OK, sender2->ep_create(receiver2->dev_addr.data(),
                                          receiver2->iface_addr.data(),
                                          &ep2));

@@ -314,32 +314,48 @@ ucs_status_t uct_remapring_remote_claim(uct_remapring_remote_t *remote,
                                         uct_remapring_wire_type_t wire)
 {
     uct_remapring_conn_t *conns = uct_remapring_ctl_conns(remote->ctl);
-    unsigned index;
+    /* a ring made in advance is one of the shm wire's: such a sender takes
+     * one first and writes at once; another claims a free slot first */
+    static const struct {
+        uint32_t from;
+        uint32_t to;
+    } shm_order[] = {{UCT_REMAPRING_CONN_OFFERED, UCT_REMAPRING_CONN_READY},
+                     {UCT_REMAPRING_CONN_FREE, UCT_REMAPRING_CONN_CLAIMED}},
+      cma_order[] = {{UCT_REMAPRING_CONN_FREE, UCT_REMAPRING_CONN_CLAIMED},
+                     {UCT_REMAPRING_CONN_OFFERED, UCT_REMAPRING_CONN_CLAIMED}};
+    const typeof(shm_order[0]) *order = (wire == UCT_REMAPRING_WIRE_SHM) ?
+                                        shm_order : cma_order;
+    unsigned index, pass;
     uint32_t state;
 
-    for (index = 0; index < remote->ctl->max_peers; ++index) {
-        state = UCT_REMAPRING_CONN_FREE;
-        if (__atomic_compare_exchange_n(&conns[index].state, &state,
-                                        UCT_REMAPRING_CONN_CLAIMED, 0,
-                                        __ATOMIC_ACQ_REL, __ATOMIC_RELAXED)) {
-            break;
+    for (pass = 0; pass < 2; ++pass) {
+        for (index = 0; index < remote->ctl->max_peers; ++index) {
+            state = order[pass].from;
+            if (__atomic_compare_exchange_n(&conns[index].state, &state,
+                                            order[pass].to, 0,
+                                            __ATOMIC_ACQ_REL,
+                                            __ATOMIC_RELAXED)) {
+                goto claimed;
+            }
         }
     }
 
-    if (index == remote->ctl->max_peers) {
+    if (pass == 2) {
         ucs_error("remapring: pid %d accepts no more senders (%u connected,"
                   " see UCX_REMAPRING_MAX_PEERS)",
                   remote->proc.pid, remote->ctl->max_peers);
         return UCS_ERR_EXCEEDS_LIMIT;
     }
 
+claimed:
     remote->conn             = &conns[index];
     remote->index            = index;
     remote->conn->sender_pid = getpid();
     remote->conn->sender_id  = sender_id;
     remote->conn->wire       = wire;
-    /* the state word is already CLAIMED: the receiver reads pid and wire
-     * after the doorbell, which the release below orders after them */
+    /* the state word is already CLAIMED or READY: the receiver reads pid
+     * and wire after the doorbell, which the release below orders after
+     * them */
     __atomic_store_n(&remote->conn->armed, 1, __ATOMIC_RELEASE);
     uct_remapring_remote_ring_bell(remote);
     return UCS_OK;

@@ -19,8 +19,13 @@
  *
  * A connection joins one sending interface to one receiving interface; all
  * endpoints from that sender to that receiver share it. Its state word:
- *   FREE    -> CLAIMED  sender, compare-and-swap, then it fills in its pid,
- *                       id and wire and rings the doorbell
+ *   FREE    -> OFFERED  receiver: a ring made in advance (ring words valid),
+ *                       for a sender on the shm wire to take at once
+ *   OFFERED -> READY    sender on the shm wire, compare-and-swap: it writes
+ *                       at once; it fills in its pid, id and wire and rings
+ *                       the doorbell, and the receiver adopts the ring
+ *   FREE or OFFERED -> CLAIMED  sender, compare-and-swap, then it fills in
+ *                       its pid, id and wire and rings the doorbell
  *   CLAIMED -> READY    receiver, once the ring is made (ring words valid)
  *   any     -> CLOSED   sender, when its last endpoint goes; the receiver
  *                       drains what was published, then frees the slot
@@ -80,7 +85,8 @@ typedef enum {
     UCT_REMAPRING_CONN_CLAIMED = 1,
     UCT_REMAPRING_CONN_READY   = 2,
     UCT_REMAPRING_CONN_CLOSED  = 3,
-    UCT_REMAPRING_CONN_FAILED  = 4
+    UCT_REMAPRING_CONN_FAILED  = 4,
+    UCT_REMAPRING_CONN_OFFERED = 5
 } uct_remapring_conn_state_t;
 
 

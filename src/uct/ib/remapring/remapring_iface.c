@@ -268,6 +268,9 @@ uct_remapring_iface_config_check(const uct_remapring_iface_config_t *config)
  * of progress, longer than a round trip between two processes */
 #define UCT_REMAPRING_RX_ARM_AFTER 256
 
+/* Free connections kept with a ring made in advance */
+#define UCT_REMAPRING_RX_OFFERS 2
+
 /* Progress calls between two looks for processes that exited and for
  * connections that receivers failed, released or closed */
 #define UCT_REMAPRING_CHECK_PERIOD 65536
@@ -437,12 +440,19 @@ static void uct_remapring_rx_conn_reset(uct_remapring_iface_t *iface,
     if (rx_conn->ring != NULL) {
         uct_remapring_ring_destroy(rx_conn->ring);
         rx_conn->ring = NULL;
-        --iface->rx.nconns;
+        if (rx_conn->offered) {
+            rx_conn->offered = 0;
+            --iface->rx.noffered;
+        } else {
+            --iface->rx.nconns;
+        }
     }
 
     uct_remapring_proc_close(&iface->watch, &rx_conn->sender);
     rx_conn->failed = 0;
 }
+
+static void uct_remapring_rx_offer(uct_remapring_iface_t *iface);
 
 /* Free connection @a index for a new sender */
 static void uct_remapring_rx_conn_free(uct_remapring_iface_t *iface,
@@ -450,6 +460,7 @@ static void uct_remapring_rx_conn_free(uct_remapring_iface_t *iface,
 {
     uct_remapring_rx_conn_reset(iface, &iface->rx.rx_conns[index]);
     uct_remapring_ctl_release(&iface->rx.ctl, index);
+    uct_remapring_rx_offer(iface);
 }
 
 /* Refuse or fail connection @a index; @a reason is logged, NULL if the
@@ -486,25 +497,13 @@ static void uct_remapring_rx_sender_exited(uct_remapring_proc_t *proc)
     uct_remapring_rx_conn_free(iface, index);
 }
 
-/* A sender claimed connection @a index: make its ring */
-static void uct_remapring_rx_conn_accept(uct_remapring_iface_t *iface,
-                                         unsigned index)
+/* The ring of connection @a index, for a sender writing with @a wire */
+static ucs_status_t uct_remapring_rx_ring_make(uct_remapring_iface_t *iface,
+                                              unsigned index,
+                                              uct_remapring_wire_type_t wire,
+                                              const char *name)
 {
-    uct_remapring_rx_conn_t *rx_conn = &iface->rx.rx_conns[index];
-    uct_remapring_conn_t *conn       = &iface->rx.ctl.conns[index];
     uct_remapring_ring_params_t params;
-    ucs_status_t status;
-    char name[48];
-
-    if (uct_remapring_proc_open(&iface->watch, conn->sender_pid,
-                                uct_remapring_rx_sender_exited,
-                                &rx_conn->sender) != UCS_OK) {
-        /* nobody will close it */
-        ucs_debug("remapring: iface %p sender pid %d of connection %u is"
-                  " gone", iface, conn->sender_pid, index);
-        uct_remapring_ctl_release(&iface->rx.ctl, index);
-        return;
-    }
 
     uct_remapring_ring_params_default(&params);
     params.nslots       = iface->rx.nslots;
@@ -516,19 +515,130 @@ static void uct_remapring_rx_conn_accept(uct_remapring_iface_t *iface,
     params.grant_min    = iface->rx.idle_slots;
     /* stores into shared memory land in order, a write of the kernel's (or
      * a NIC's) may not */
-    params.commit       = (conn->wire == UCT_REMAPRING_WIRE_SHM) ?
+    params.commit       = (wire == UCT_REMAPRING_WIRE_SHM) ?
                           UCT_REMAPRING_RING_COMMIT_STAMP :
                           UCT_REMAPRING_RING_COMMIT_TAIL;
     params.shared_slots = uct_remapring_ctl_slot_table(iface->rx.ctl.ctl,
                                                        index);
     /* a sender on the shm wire follows the slot table only: held blocks
      * are swapped in the table, without mmap */
-    params.remap_view   = (conn->wire != UCT_REMAPRING_WIRE_SHM);
+    params.remap_view   = (wire != UCT_REMAPRING_WIRE_SHM);
+    params.name         = name;
+    return uct_remapring_ring_create(iface->rx.pool, &params,
+                                     &iface->rx.ctl.conns[index].ring,
+                                     &iface->rx.rx_conns[index].ring);
+}
+
+/* Start watching the sender of connection @a index; false if it is gone
+ * (then the connection is given back) */
+static int uct_remapring_rx_conn_watch(uct_remapring_iface_t *iface,
+                                       unsigned index)
+{
+    uct_remapring_conn_t *conn = &iface->rx.ctl.conns[index];
+
+    if (uct_remapring_proc_open(&iface->watch, conn->sender_pid,
+                                uct_remapring_rx_sender_exited,
+                                &iface->rx.rx_conns[index].sender) == UCS_OK) {
+        return 1;
+    }
+
+    /* nobody will close it */
+    ucs_debug("remapring: iface %p sender pid %d of connection %u is gone",
+              iface, conn->sender_pid, index);
+    uct_remapring_rx_conn_free(iface, index);
+    return 0;
+}
+
+/* Keep UCT_REMAPRING_RX_OFFERS free connections with a ring made in
+ * advance: a sender on the shm wire takes one and writes at once, without
+ * waiting for this interface's progress */
+static void uct_remapring_rx_offer(uct_remapring_iface_t *iface)
+{
+    unsigned max_peers = iface->rx.ctl.max_peers;
+    uct_remapring_rx_conn_t *rx_conn;
+    uct_remapring_conn_t *conn;
+    unsigned n, index;
+    char name[48];
+
+    for (n = 0; (n < max_peers) &&
+                (iface->rx.noffered < UCT_REMAPRING_RX_OFFERS);
+         ++n) {
+        index   = (iface->rx.offer_cursor + n) % max_peers;
+        conn    = &iface->rx.ctl.conns[index];
+        rx_conn = &iface->rx.rx_conns[index];
+        if ((rx_conn->ring != NULL) || rx_conn->failed ||
+            (uct_remapring_conn_state(conn) != UCT_REMAPRING_CONN_FREE)) {
+            continue;
+        }
+
+        /* an offer must not bring the pool under pressure */
+        if (uct_remapring_pool_available(iface->rx.pool) <
+            uct_remapring_pool_attached(iface->rx.pool) +
+            (2 * iface->rx.idle_slots)) {
+            break;
+        }
+
+        ucs_snprintf_zero(name, sizeof(name), "offered (connection %u)",
+                          index);
+        if (uct_remapring_rx_ring_make(iface, index, UCT_REMAPRING_WIRE_SHM,
+                                       name) != UCS_OK) {
+            break; /* no room for more: senders wait to be accepted */
+        }
+
+        rx_conn->offered = 1;
+        ++iface->rx.noffered;
+        /* the ring words are set: a sender may take it from here */
+        uct_remapring_conn_set_state(conn, UCT_REMAPRING_CONN_OFFERED);
+    }
+
+    iface->rx.offer_cursor = (iface->rx.offer_cursor + n) % max_peers;
+}
+
+/* A sender took the ring offered on connection @a index, and may have
+ * written records already */
+static void uct_remapring_rx_conn_adopt(uct_remapring_iface_t *iface,
+                                        unsigned index)
+{
+    uct_remapring_rx_conn_t *rx_conn = &iface->rx.rx_conns[index];
+    uct_remapring_conn_t *conn       = &iface->rx.ctl.conns[index];
+
+    rx_conn->offered = 0;
+    --iface->rx.noffered;
+    ++iface->rx.nconns;
+    if (!uct_remapring_rx_conn_watch(iface, index)) {
+        return;
+    }
+
+    ucs_snprintf_zero(rx_conn->ring->name, sizeof(rx_conn->ring->name),
+                      "from pid %d (connection %u)", conn->sender_pid, index);
+    uct_remapring_md_set_in_use(iface->super.md);
+    ucs_debug("remapring: iface %p pid %d took the ring offered on"
+              " connection %u", iface, conn->sender_pid, index);
+    uct_remapring_rx_set_active(iface, rx_conn);
+}
+
+/* A sender claimed connection @a index: make its ring */
+static void uct_remapring_rx_conn_accept(uct_remapring_iface_t *iface,
+                                         unsigned index)
+{
+    uct_remapring_rx_conn_t *rx_conn = &iface->rx.rx_conns[index];
+    uct_remapring_conn_t *conn       = &iface->rx.ctl.conns[index];
+    ucs_status_t status;
+    char name[48];
+
+    if (rx_conn->offered) {
+        /* a sender on the cma wire took an offered slot: its ring is of
+         * another kind */
+        uct_remapring_rx_conn_reset(iface, rx_conn);
+    }
+
+    if (!uct_remapring_rx_conn_watch(iface, index)) {
+        return;
+    }
+
     ucs_snprintf_zero(name, sizeof(name), "from pid %d (connection %u)",
                       conn->sender_pid, index);
-    params.name         = name;
-    status = uct_remapring_ring_create(iface->rx.pool, &params, &conn->ring,
-                                       &rx_conn->ring);
+    status = uct_remapring_rx_ring_make(iface, index, conn->wire, name);
     if (status != UCS_OK) {
         uct_remapring_rx_conn_fail(iface, index,
                                    (status == UCS_ERR_NO_RESOURCE) ?
@@ -555,16 +665,23 @@ static void uct_remapring_rx_conn_wake(void *arg, unsigned index)
 
     switch (uct_remapring_conn_state(&iface->rx.ctl.conns[index])) {
     case UCT_REMAPRING_CONN_CLAIMED:
-        if ((rx_conn->ring == NULL) && !rx_conn->failed) {
+        if (((rx_conn->ring == NULL) || rx_conn->offered) &&
+            !rx_conn->failed) {
             uct_remapring_rx_conn_accept(iface, index);
         }
         break;
     case UCT_REMAPRING_CONN_READY:
-        if (rx_conn->ring != NULL) {
+        if (rx_conn->offered) {
+            uct_remapring_rx_conn_adopt(iface, index);
+        } else if (rx_conn->ring != NULL) {
             uct_remapring_rx_set_active(iface, rx_conn);
         }
         break;
     case UCT_REMAPRING_CONN_CLOSED:
+        if (rx_conn->offered) {
+            /* taken and closed at once: what was written still counts */
+            uct_remapring_rx_conn_adopt(iface, index);
+        }
         if ((rx_conn->ring != NULL) && !rx_conn->failed) {
             uct_remapring_rx_set_active(iface, rx_conn); /* drain first */
         } else {
@@ -574,6 +691,8 @@ static void uct_remapring_rx_conn_wake(void *arg, unsigned index)
     default:
         break;
     }
+
+    uct_remapring_rx_offer(iface);
 }
 
 /* Whether the pool is nearly full: what it can still hand out would not
@@ -902,6 +1021,8 @@ static UCS_CLASS_INIT_FUNC(uct_remapring_iface_t, uct_md_h md,
     self->rx.credit_batch    = config->credit_batch;
     self->rx.idle_slots      = config->idle_slots;
     self->rx.nconns          = 0;
+    self->rx.noffered        = 0;
+    self->rx.offer_cursor    = 0;
     self->rx.max_payload     = uct_remapring_ring_max_payload(
                                        config->block_size, &self->rx.layout);
     self->rx.release_desc.cb = uct_remapring_iface_release_desc;
@@ -983,6 +1104,7 @@ static UCS_CLASS_INIT_FUNC(uct_remapring_iface_t, uct_md_h md,
         goto err_bounce;
     }
 
+    uct_remapring_rx_offer(self);
     ucs_debug("remapring: iface %p pid %d ctl fd %d blocks %zu slots %u"
               " peers %u", self, getpid(), self->rx.ctl.fd,
               config->block_size, config->ring_slots, config->max_peers);

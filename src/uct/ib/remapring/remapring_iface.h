@@ -60,6 +60,7 @@ typedef struct uct_remapring_rx_conn {
     uct_remapring_ring_t *ring;   /* NULL until the sender claimed it */
     uct_remapring_proc_t sender;  /* watched while the ring exists */
     int                  failed;  /* FAILED by us: never drained */
+    int                  offered; /* ring made in advance, no sender yet */
     int                  active;  /* on the iface's active list */
     unsigned             idle_polls; /* empty polls since the last record */
     ucs_list_link_t      list;    /* in iface->rx.active */
@@ -87,7 +88,9 @@ struct uct_remapring_iface {
         uct_remapring_pool_t     *pool;
         uct_remapring_rx_conn_t  *rx_conns;  /* [max_peers] */
         ucs_list_link_t          active;     /* rx_conns with data */
-        unsigned                 nconns;     /* rings made */
+        unsigned                 nconns;     /* rings of senders */
+        unsigned                 noffered;   /* rings made in advance */
+        unsigned                 offer_cursor; /* where to look for more */
         uct_recv_desc_t          release_desc;
         unsigned                 rx_headroom;
         unsigned                 credit_batch;
