@@ -24,8 +24,14 @@ command -v ucx_perftest >/dev/null || skip "ucx_perftest not installed"
 # the interface's limits, from the remapring block of ucx_info -d
 LD_PRELOAD=$REMAPRING_MODULE ucx_info -d > "$tmp/d" 2>&1 || fail "ucx_info -d"
 cap() {
-    sed -n '/Transport: remapring/,/Transport:\|Memory domain:/p' "$tmp/d" |
-        sed -n "s/^# *$1: <= \([0-9]*\).*/\1/p" | head -1
+    local v
+    v=$(sed -n '/Transport: remapring/,/Transport:\|Memory domain:/p' "$tmp/d" |
+        sed -n "s/^# *$1: <= \([0-9]*[KM]\{0,1\}\).*/\1/p" | head -1)
+    case $v in
+    *K) echo $((${v%K} * 1024)) ;;
+    *M) echo $((${v%M} * 1048576)) ;;
+    *)  echo "$v" ;;
+    esac
 }
 max_short=$(cap am_short)
 max_bcopy=$(cap am_bcopy)

@@ -50,7 +50,7 @@ static ucs_status_t send_one(uct_ep_h ep, const uct_iface_attr_t &attr,
     uint64_t header = make_header(sender, seq);
 
     if (rng() % 2) {
-        size_t length = rng() % (attr.cap.am.max_short + 1);
+        size_t length = rng() % (attr.cap.am.max_short - sizeof(header) + 1);
         std::vector<uint8_t> buf(length);
         fill_pattern(buf.data(), length, header);
         return uct_ep_am_short(ep, AM_ID, header, buf.data(), length);

@@ -102,7 +102,8 @@ protected:
         return uct_ep_am_short(m_ep, AM_ID, seed, buf.data(),
                                std::min<size_t>(
                                        length,
-                                       m_sender->attr.cap.am.max_short));
+                                       m_sender->attr.cap.am.max_short -
+                                               sizeof(seed)));
     }
 
     /* Send until the sender runs out of credit, the receiver stopped: it

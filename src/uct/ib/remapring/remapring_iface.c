@@ -368,8 +368,8 @@ static ucs_status_t uct_remapring_iface_query(uct_iface_h tl_iface,
                             UCT_IFACE_FLAG_ERRHANDLE_PEER_FAILURE |
                             UCT_IFACE_FLAG_EP_CHECK;
 
-    iface_attr->cap.am.max_short       = iface->tx.max_short -
-                                         sizeof(uint64_t);
+    /* the 8-byte header included, as UCX's transports count it */
+    iface_attr->cap.am.max_short       = iface->tx.max_short;
     iface_attr->cap.am.max_bcopy       = iface->tx.max_bcopy;
     iface_attr->cap.am.min_zcopy       = 0;
     iface_attr->cap.am.max_zcopy       = iface->tx.max_bcopy -
