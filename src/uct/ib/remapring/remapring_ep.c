@@ -36,6 +36,12 @@
  */
 
 
+/* UCT_CHECK_LENGTH for an unsigned length, which has no lower bound */
+#define UCT_REMAPRING_CHECK_MAX(_length, _max, _name) \
+    UCT_CHECK_PARAM((size_t)(_length) <= (size_t)(_max), \
+                    "Invalid %s length: %zu (expected: <= %zu)", _name, \
+                    (size_t)(_length), (size_t)(_max))
+
 /* Sends refused for credit between two checks that the receiver lives */
 #define UCT_REMAPRING_PEER_STALL_CHECK 1024
 
@@ -65,6 +71,7 @@ static unsigned uct_remapring_ep_err_progress(void *arg)
     ucs_status_t status;
 
     ep->err_state = UCT_REMAPRING_EP_ERR_DELIVERED;
+    --iface->tx.nerrs_queued;
     /* the handler may destroy the endpoint: nothing of it is used after */
     status = uct_iface_handle_ep_err(&iface->super.super, &ep->super.super,
                                      peer_status);
@@ -98,6 +105,7 @@ static void uct_remapring_ep_schedule_err(uct_remapring_ep_t *ep)
     }
 
     ep->err_state = UCT_REMAPRING_EP_ERR_QUEUED;
+    ++iface->tx.nerrs_queued;
     ucs_callbackq_add_safe(&iface->super.worker->super.progress_q,
                            uct_remapring_ep_err_progress, ep,
                            UCS_CALLBACKQ_FLAG_ONESHOT);
@@ -460,6 +468,7 @@ static UCS_CLASS_CLEANUP_FUNC(uct_remapring_ep_t)
     if (self->err_state == UCT_REMAPRING_EP_ERR_QUEUED) {
         ucs_callbackq_remove_if(&iface->super.worker->super.progress_q,
                                 uct_remapring_ep_err_match, self);
+        --iface->tx.nerrs_queued;
     }
 
     ucs_list_del(&self->peer_list);
@@ -656,9 +665,8 @@ ucs_status_t uct_remapring_ep_am_zcopy(uct_ep_h tl_ep, uint8_t id,
     UCT_CHECK_AM_ID(id);
     UCT_CHECK_IOV_SIZE(iovcnt, UCT_REMAPRING_MAX_IOV,
                        "uct_remapring_ep_am_zcopy");
-    UCT_CHECK_PARAM(header_length <= UCT_REMAPRING_AM_MAX_HDR,
-                    "Invalid am_zcopy header length: %u (expected: <= %d)",
-                    header_length, UCT_REMAPRING_AM_MAX_HDR);
+    UCT_REMAPRING_CHECK_MAX(header_length, UCT_REMAPRING_AM_MAX_HDR,
+                            "am_zcopy header");
 
     vec[0].iov_base = (void*)header;
     vec[0].iov_len  = header_length;
@@ -683,26 +691,21 @@ ucs_status_t uct_remapring_ep_am_zcopy(uct_ep_h tl_ep, uint8_t id,
 /* One process_vm_readv/writev pass over a whole iov, retried on partial
  * transfers */
 static ucs_status_t
-uct_remapring_ep_rma(uct_remapring_ep_t *ep, const uct_iov_t *iov,
-                     size_t iovcnt, uint64_t remote_addr, uct_rkey_t rkey,
-                     int write)
+uct_remapring_ep_rma_vec(uct_remapring_ep_t *ep, struct iovec *local,
+                         size_t iovcnt, size_t length, uint64_t remote_addr,
+                         uct_rkey_t rkey, int write)
 {
     uct_remapring_peer_t *peer = ep->peer;
     pid_t pid                  = peer->remote.proc.pid;
-    struct iovec local[UCT_REMAPRING_MAX_IOV];
     struct iovec remote;
-    size_t length, done, i;
     ucs_status_t status;
+    size_t done, i;
     ssize_t ret;
 
-    UCT_CHECK_IOV_SIZE(iovcnt, UCT_REMAPRING_MAX_IOV, "uct_remapring_ep_rma");
     if (ucs_unlikely(peer->status != UCS_OK)) {
         return peer->status;
-    }
-
-    status = uct_remapring_ep_iov(iov, iovcnt, local, &length);
-    if (status != UCS_OK) {
-        return status;
+    } else if (length == 0) {
+        return UCS_OK; /* nothing to move, whatever the key */
     }
 
     status = uct_remapring_rkey_check(rkey, pid, remote_addr, length);
@@ -749,6 +752,116 @@ uct_remapring_ep_rma(uct_remapring_ep_t *ep, const uct_iov_t *iov,
         }
     }
 
+    return UCS_OK;
+}
+
+static ucs_status_t
+uct_remapring_ep_rma(uct_remapring_ep_t *ep, const uct_iov_t *iov,
+                     size_t iovcnt, uint64_t remote_addr, uct_rkey_t rkey,
+                     int write)
+{
+    struct iovec local[UCT_REMAPRING_MAX_IOV];
+    ucs_status_t status;
+    size_t length;
+
+    UCT_CHECK_IOV_SIZE(iovcnt, UCT_REMAPRING_MAX_IOV, "uct_remapring_ep_rma");
+    status = uct_remapring_ep_iov(iov, iovcnt, local, &length);
+    if (status != UCS_OK) {
+        return status;
+    }
+
+    return uct_remapring_ep_rma_vec(ep, local, iovcnt, length, remote_addr,
+                                    rkey, write);
+}
+
+/* One piece of local memory to or from the peer */
+static ucs_status_t
+uct_remapring_ep_rma_buf(uct_remapring_ep_t *ep, void *buffer, size_t length,
+                         uint64_t remote_addr, uct_rkey_t rkey, int write)
+{
+    struct iovec local = {.iov_base = buffer, .iov_len = length};
+
+    return uct_remapring_ep_rma_vec(ep, &local, 1, length, remote_addr, rkey,
+                                    write);
+}
+
+ucs_status_t uct_remapring_ep_put_short(uct_ep_h tl_ep, const void *buffer,
+                                        unsigned length, uint64_t remote_addr,
+                                        uct_rkey_t rkey)
+{
+    uct_remapring_ep_t *ep       = ucs_derived_of(tl_ep, uct_remapring_ep_t);
+    uct_remapring_iface_t *iface = uct_remapring_ep_iface(ep);
+    ucs_status_t status;
+
+    UCT_REMAPRING_CHECK_MAX(length, iface->tx.max_short, "put_short");
+    status = uct_remapring_ep_rma_buf(ep, (void*)buffer, length, remote_addr,
+                                      rkey, 1);
+    if (status == UCS_OK) {
+        UCT_TL_EP_STAT_OP(&ep->super, PUT, SHORT, length);
+    }
+
+    return status;
+}
+
+ssize_t uct_remapring_ep_put_bcopy(uct_ep_h tl_ep, uct_pack_callback_t pack_cb,
+                                   void *arg, uint64_t remote_addr,
+                                   uct_rkey_t rkey)
+{
+    uct_remapring_ep_t *ep       = ucs_derived_of(tl_ep, uct_remapring_ep_t);
+    uct_remapring_iface_t *iface = uct_remapring_ep_iface(ep);
+    ucs_status_t status;
+    size_t length;
+
+    length = pack_cb(iface->tx.bounce, arg);
+    UCT_CHECK_LENGTH(length, 0, iface->tx.max_bcopy, "put_bcopy");
+    status = uct_remapring_ep_rma_buf(ep, iface->tx.bounce, length,
+                                      remote_addr, rkey, 1);
+    if (status != UCS_OK) {
+        return status;
+    }
+
+    UCT_TL_EP_STAT_OP(&ep->super, PUT, BCOPY, length);
+    return length;
+}
+
+ucs_status_t uct_remapring_ep_get_short(uct_ep_h tl_ep, void *buffer,
+                                        unsigned length, uint64_t remote_addr,
+                                        uct_rkey_t rkey)
+{
+    uct_remapring_ep_t *ep       = ucs_derived_of(tl_ep, uct_remapring_ep_t);
+    uct_remapring_iface_t *iface = uct_remapring_ep_iface(ep);
+    ucs_status_t status;
+
+    UCT_REMAPRING_CHECK_MAX(length, iface->tx.max_short, "get_short");
+    status = uct_remapring_ep_rma_buf(ep, buffer, length, remote_addr, rkey,
+                                      0);
+    if (status == UCS_OK) {
+        UCT_TL_EP_STAT_OP(&ep->super, GET, SHORT, length);
+    }
+
+    return status;
+}
+
+ucs_status_t uct_remapring_ep_get_bcopy(uct_ep_h tl_ep,
+                                        uct_unpack_callback_t unpack_cb,
+                                        void *arg, size_t length,
+                                        uint64_t remote_addr, uct_rkey_t rkey,
+                                        uct_completion_t *comp)
+{
+    uct_remapring_ep_t *ep       = ucs_derived_of(tl_ep, uct_remapring_ep_t);
+    uct_remapring_iface_t *iface = uct_remapring_ep_iface(ep);
+    ucs_status_t status;
+
+    UCT_CHECK_LENGTH(length, 0, iface->tx.max_bcopy, "get_bcopy");
+    status = uct_remapring_ep_rma_buf(ep, iface->tx.bounce, length,
+                                      remote_addr, rkey, 0);
+    if (status != UCS_OK) {
+        return status;
+    }
+
+    /* the bytes are here: complete at once */
+    unpack_cb(arg, iface->tx.bounce, length);
+    UCT_TL_EP_STAT_OP(&ep->super, GET, BCOPY, length);
     return UCS_OK;
 }
 

@@ -71,6 +71,29 @@ ucs_status_t uct_remapring_ep_am_zcopy(uct_ep_h tl_ep, uint8_t id,
                                        const uct_iov_t *iov, size_t iovcnt,
                                        unsigned flags, uct_completion_t *comp);
 
+/** Put and get through a buffer, or from the caller's bytes, with
+ *  process_vm_readv/writev; complete at once. */
+ucs_status_t uct_remapring_ep_put_short(uct_ep_h tl_ep, const void *buffer,
+                                        unsigned length, uint64_t remote_addr,
+                                        uct_rkey_t rkey);
+
+/** See uct_ep_put_bcopy(). */
+ssize_t uct_remapring_ep_put_bcopy(uct_ep_h tl_ep, uct_pack_callback_t pack_cb,
+                                   void *arg, uint64_t remote_addr,
+                                   uct_rkey_t rkey);
+
+/** See uct_ep_get_short(). */
+ucs_status_t uct_remapring_ep_get_short(uct_ep_h tl_ep, void *buffer,
+                                        unsigned length, uint64_t remote_addr,
+                                        uct_rkey_t rkey);
+
+/** See uct_ep_get_bcopy(). */
+ucs_status_t uct_remapring_ep_get_bcopy(uct_ep_h tl_ep,
+                                        uct_unpack_callback_t unpack_cb,
+                                        void *arg, size_t length,
+                                        uint64_t remote_addr, uct_rkey_t rkey,
+                                        uct_completion_t *comp);
+
 /** RDMA-style write with process_vm_writev; completes at once. */
 ucs_status_t uct_remapring_ep_put_zcopy(uct_ep_h tl_ep, const uct_iov_t *iov,
                                         size_t iovcnt, uint64_t remote_addr,

@@ -360,7 +360,11 @@ static ucs_status_t uct_remapring_iface_query(uct_iface_h tl_iface,
     iface_attr->cap.flags = UCT_IFACE_FLAG_AM_SHORT |
                             UCT_IFACE_FLAG_AM_BCOPY |
                             UCT_IFACE_FLAG_AM_ZCOPY |
+                            UCT_IFACE_FLAG_PUT_SHORT |
+                            UCT_IFACE_FLAG_PUT_BCOPY |
                             UCT_IFACE_FLAG_PUT_ZCOPY |
+                            UCT_IFACE_FLAG_GET_SHORT |
+                            UCT_IFACE_FLAG_GET_BCOPY |
                             UCT_IFACE_FLAG_GET_ZCOPY |
                             UCT_IFACE_FLAG_PENDING |
                             UCT_IFACE_FLAG_CB_SYNC |
@@ -379,10 +383,14 @@ static ucs_status_t uct_remapring_iface_query(uct_iface_h tl_iface,
     iface_attr->cap.am.max_hdr         = UCT_REMAPRING_AM_MAX_HDR;
     iface_attr->cap.am.max_iov         = UCT_REMAPRING_MAX_IOV;
 
+    iface_attr->cap.put.max_short       = iface->tx.max_short;
+    iface_attr->cap.put.max_bcopy       = iface->tx.max_bcopy;
     iface_attr->cap.put.max_zcopy       = SIZE_MAX;
     iface_attr->cap.put.opt_zcopy_align = 1;
     iface_attr->cap.put.align_mtu       = 1;
     iface_attr->cap.put.max_iov         = UCT_REMAPRING_MAX_IOV;
+    iface_attr->cap.get.max_short       = iface->tx.max_short;
+    iface_attr->cap.get.max_bcopy       = iface->tx.max_bcopy;
     iface_attr->cap.get.max_zcopy       = SIZE_MAX;
     iface_attr->cap.get.opt_zcopy_align = 1;
     iface_attr->cap.get.align_mtu       = 1;
@@ -832,8 +840,11 @@ static ucs_status_t uct_remapring_iface_flush(uct_iface_h tl_iface,
         return UCS_ERR_UNSUPPORTED;
     }
 
-    /* every send completed when it returned; only pending requests wait */
-    if (!ucs_list_is_empty(&iface->tx.blocked)) {
+    /* every send completed when it returned; only pending requests wait,
+     * and failures found now or before, until they are reported */
+    uct_remapring_ep_check_peers(iface);
+    if (!ucs_list_is_empty(&iface->tx.blocked) ||
+        (iface->tx.nerrs_queued > 0)) {
         UCT_TL_IFACE_STAT_FLUSH_WAIT(&iface->super);
         return UCS_INPROGRESS;
     }
@@ -860,7 +871,11 @@ static uct_iface_ops_t uct_remapring_iface_tl_ops = {
     .ep_am_short_iov          = uct_remapring_ep_am_short_iov,
     .ep_am_bcopy              = uct_remapring_ep_am_bcopy,
     .ep_am_zcopy              = uct_remapring_ep_am_zcopy,
+    .ep_put_short             = uct_remapring_ep_put_short,
+    .ep_put_bcopy             = uct_remapring_ep_put_bcopy,
     .ep_put_zcopy             = uct_remapring_ep_put_zcopy,
+    .ep_get_short             = uct_remapring_ep_get_short,
+    .ep_get_bcopy             = uct_remapring_ep_get_bcopy,
     .ep_get_zcopy             = uct_remapring_ep_get_zcopy,
     .ep_pending_add           = uct_remapring_ep_pending_add,
     .ep_pending_purge         = uct_remapring_ep_pending_purge,
@@ -1028,6 +1043,7 @@ static UCS_CLASS_INIT_FUNC(uct_remapring_iface_t, uct_md_h md,
     self->rx.release_desc.cb = uct_remapring_iface_release_desc;
     self->tx.wire            = config->wire;
     self->tx.dispatching     = NULL;
+    self->tx.nerrs_queued    = 0;
     /* what we send, a receiver whose headroom is at most
      * UCT_REMAPRING_HEADROOM_MAX takes: peers of one UCX, whatever headroom
      * each interface was opened with, are reachable */

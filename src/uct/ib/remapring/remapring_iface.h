@@ -105,6 +105,7 @@ struct uct_remapring_iface {
         ucs_arbiter_t            arbiter;    /* eps with pending requests */
         ucs_list_link_t          blocked;    /* eps waiting for credit */
         uct_remapring_ep_t       *dispatching; /* ep whose pending run */
+        unsigned                 nerrs_queued; /* error callbacks to run */
         void                     *bounce;    /* am_bcopy packs here */
         size_t                   max_short;
         size_t                   max_bcopy;

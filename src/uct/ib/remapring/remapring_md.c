@@ -14,6 +14,8 @@
 
 #include <ucs/debug/log.h>
 #include <ucs/debug/memtrack_int.h>
+#include <ucs/sys/math.h>
+#include <ucs/sys/sys.h>
 #include <ucs/type/init_once.h>
 #include <inttypes.h>
 #include <limits.h>
@@ -138,15 +140,16 @@ static ucs_status_t uct_remapring_md_query(uct_md_h uct_md,
                                            uct_md_attr_t *md_attr)
 {
     md_attr->rkey_packed_size     = sizeof(uct_remapring_rkey_t);
-    md_attr->cap.flags            = UCT_MD_FLAG_REG | UCT_MD_FLAG_NEED_RKEY;
+    md_attr->cap.flags            = UCT_MD_FLAG_REG | UCT_MD_FLAG_ALLOC |
+                                    UCT_MD_FLAG_NEED_RKEY;
     md_attr->cap.reg_mem_types    = UCS_BIT(UCS_MEMORY_TYPE_HOST);
-    md_attr->cap.alloc_mem_types  = 0;
+    md_attr->cap.alloc_mem_types  = UCS_BIT(UCS_MEMORY_TYPE_HOST);
     md_attr->cap.access_mem_types = UCS_BIT(UCS_MEMORY_TYPE_HOST);
     /* detect_memory_type() answers from the memory cache, but only host
      * memory exists here: advertising it would make UCP route every buffer
      * through this memory domain for nothing */
     md_attr->cap.detect_mem_types = 0;
-    md_attr->cap.max_alloc        = 0;
+    md_attr->cap.max_alloc        = ULONG_MAX;
     md_attr->cap.max_reg          = ULONG_MAX;
     /* a registration is bookkeeping only: the kernel resolves addresses at
      * each process_vm_readv/writev, as a NIC with ODP does */
@@ -167,9 +170,10 @@ static ucs_status_t uct_remapring_memcache_reg(void *arg,
         return UCS_ERR_NO_MEMORY;
     }
 
-    memh->address = (void*)region->range.start;
-    memh->length  = region->range.end - region->range.start;
-    memh->region  = region;
+    memh->address   = (void*)region->range.start;
+    memh->length    = region->range.end - region->range.start;
+    memh->region    = region;
+    memh->allocated = 0;
     region->memh  = memh;
     return UCS_OK;
 }
@@ -226,6 +230,55 @@ static ucs_memcache_t *uct_remapring_md_memcache(uct_remapring_md_t *md)
     return cache;
 }
 
+/* Plain anonymous memory: a peer reaches it through process_vm_readv/writev
+ * as any other of our memory */
+static ucs_status_t
+uct_remapring_mem_alloc(uct_md_h uct_md, size_t *length_p, void **address_p,
+                        ucs_memory_type_t mem_type, unsigned flags,
+                        const char *alloc_name, uct_mem_h *memh_p)
+{
+    size_t length = ucs_align_up_pow2(*length_p, ucs_get_page_size());
+    uct_remapring_memh_t *memh;
+    void *address;
+
+    if (mem_type != UCS_MEMORY_TYPE_HOST) {
+        return UCS_ERR_UNSUPPORTED;
+    }
+
+    memh = ucs_malloc(sizeof(*memh), "uct_remapring_memh_t");
+    if (memh == NULL) {
+        ucs_error("remapring: failed to allocate a memory handle");
+        return UCS_ERR_NO_MEMORY;
+    }
+
+    address = mmap(NULL, length, PROT_READ | PROT_WRITE,
+                   MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (address == MAP_FAILED) {
+        ucs_error("remapring: failed to allocate %zu bytes for %s: %m",
+                  length, alloc_name);
+        ucs_free(memh);
+        return UCS_ERR_NO_MEMORY;
+    }
+
+    memh->address   = address;
+    memh->length    = length;
+    memh->region    = NULL;
+    memh->allocated = 1;
+    *length_p       = length;
+    *address_p      = address;
+    *memh_p         = memh;
+    return UCS_OK;
+}
+
+static ucs_status_t uct_remapring_mem_free(uct_md_h uct_md, uct_mem_h uct_memh)
+{
+    uct_remapring_memh_t *memh = uct_memh;
+
+    munmap(memh->address, memh->length);
+    ucs_free(memh);
+    return UCS_OK;
+}
+
 static ucs_status_t uct_remapring_mem_reg(uct_md_h uct_md, void *address,
                                           size_t length, unsigned flags,
                                           uct_mem_h *memh_p)
@@ -254,10 +307,11 @@ static ucs_status_t uct_remapring_mem_reg(uct_md_h uct_md, void *address,
         return UCS_ERR_NO_MEMORY;
     }
 
-    memh->address = address;
-    memh->length  = length;
-    memh->region  = NULL;
-    *memh_p       = memh;
+    memh->address   = address;
+    memh->length    = length;
+    memh->region    = NULL;
+    memh->allocated = 0;
+    *memh_p         = memh;
     return UCS_OK;
 }
 
@@ -376,10 +430,8 @@ uct_remapring_md_open(uct_component_t *component, const char *md_name,
     static uct_md_ops_t md_ops = {
         .close                  = uct_remapring_md_close,
         .query                  = uct_remapring_md_query,
-        .mem_alloc              = (uct_md_mem_alloc_func_t)
-                                  ucs_empty_function_return_unsupported,
-        .mem_free               = (uct_md_mem_free_func_t)
-                                  ucs_empty_function_return_unsupported,
+        .mem_alloc              = uct_remapring_mem_alloc,
+        .mem_free               = uct_remapring_mem_free,
         .mem_advise             = (uct_md_mem_advise_func_t)
                                   ucs_empty_function_return_unsupported,
         .mem_reg                = uct_remapring_mem_reg,

@@ -54,7 +54,8 @@ typedef struct uct_remapring_rkey {
 typedef struct uct_remapring_memh {
     void                  *address;
     size_t                length;
-    ucs_memcache_region_t *region; /* NULL when not cached */
+    ucs_memcache_region_t *region;    /* NULL when not cached */
+    int                   allocated; /* by mem_alloc: munmap at free */
 } uct_remapring_memh_t;
 
 
