@@ -22,6 +22,7 @@
 #include <inttypes.h>
 #include <poll.h>
 #include <signal.h>
+#include <string.h>
 #include <sys/epoll.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
@@ -32,6 +33,10 @@
 /* Most exits taken from the epoll set per poll; the rest wait for the
  * next one */
 #define UCT_REMAPRING_WATCH_BATCH 16
+
+/* Seals of the control area: its size is fixed once made, and senders
+ * check them before they map it */
+#define UCT_REMAPRING_CTL_SEALS (F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL)
 
 
 ucs_status_t uct_remapring_watch_init(uct_remapring_watch_t *watch)
@@ -150,7 +155,7 @@ ucs_status_t uct_remapring_ctl_create(const uct_remapring_ctl_params_t *params,
                              ucs_get_page_size());
     ucs_snprintf_zero(name, sizeof(name), "remapring-ctl-%d", getpid());
     /* senders open it through /proc/<pid>/fd/<fd>, CLOEXEC does not matter */
-    fd = memfd_create(name, MFD_CLOEXEC);
+    fd = memfd_create(name, MFD_CLOEXEC | MFD_ALLOW_SEALING);
     if (fd < 0) {
         ucs_error("remapring: memfd_create(%s) failed: %m", name);
         return UCS_ERR_IO_ERROR;
@@ -158,6 +163,12 @@ ucs_status_t uct_remapring_ctl_create(const uct_remapring_ctl_params_t *params,
 
     if (ftruncate(fd, size) != 0) {
         ucs_error("remapring: ftruncate(%s, %zu) failed: %m", name, size);
+        goto err_close;
+    }
+
+    /* its size is fixed for good: senders map it whole */
+    if (fcntl(fd, F_ADD_SEALS, UCT_REMAPRING_CTL_SEALS) != 0) {
+        ucs_error("remapring: sealing %s failed: %m", name);
         goto err_close;
     }
 
@@ -182,7 +193,7 @@ ucs_status_t uct_remapring_ctl_create(const uct_remapring_ctl_params_t *params,
     area->fd         = fd;
     area->ctl        = ctl;
     area->size       = size;
-    area->conns      = uct_remapring_ctl_conns(ctl);
+    area->conns      = uct_remapring_ctl_conns(ctl, params->max_peers);
     area->max_peers  = params->max_peers;
     area->ring_slots = params->ring_slots;
     return UCS_OK;
@@ -234,13 +245,13 @@ void uct_remapring_ctl_release(uct_remapring_ctl_area_t *area, unsigned index)
 }
 
 
-/* Check the header of a control area mapped from @a path */
+/* Check the header of a control area mapped from @a path: @a ctl is a copy,
+ * so that what is checked is what is used */
 static int uct_remapring_remote_valid(const uct_remapring_ctl_t *ctl,
                                       size_t size,
                                       const uct_remapring_iface_addr_t *addr)
 {
-    return (__atomic_load_n(&ctl->magic, __ATOMIC_ACQUIRE) ==
-            UCT_REMAPRING_CTL_MAGIC) &&
+    return (ctl->magic == UCT_REMAPRING_CTL_MAGIC) &&
            (ctl->version == UCT_REMAPRING_CTL_VERSION) &&
            (ctl->iface_id == addr->iface_id) &&
            (ctl->owner_pid == addr->pid) && (ctl->max_peers > 0) &&
@@ -254,10 +265,11 @@ ucs_status_t uct_remapring_remote_attach(const uct_remapring_iface_addr_t *addr,
                                          uct_remapring_proc_exit_cb_t exit_cb,
                                          uct_remapring_remote_t *remote)
 {
+    uct_remapring_ctl_t hdr;
     struct stat st;
     char path[64];
     void *ctl;
-    int fd;
+    int fd, seals;
 
     if (uct_remapring_proc_open(watch, addr->pid, exit_cb, &remote->proc) !=
         UCS_OK) {
@@ -279,6 +291,16 @@ ucs_status_t uct_remapring_remote_attach(const uct_remapring_iface_addr_t *addr,
         goto err_close;
     }
 
+    /* a control area that could shrink would fault us on its next load */
+    seals = fcntl(fd, F_GET_SEALS);
+    if ((seals < 0) ||
+        ((seals & UCT_REMAPRING_CTL_SEALS) != UCT_REMAPRING_CTL_SEALS)) {
+        ucs_error("remapring: control area %s of pid %d is not sealed"
+                  " (seals 0x%x, want 0x%x)", path, addr->pid, seals,
+                  UCT_REMAPRING_CTL_SEALS);
+        goto err_close;
+    }
+
     ctl = mmap(NULL, st.st_size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
     if (ctl == MAP_FAILED) {
         ucs_error("remapring: mmap(%s, %zu) failed: %m", path,
@@ -287,7 +309,13 @@ ucs_status_t uct_remapring_remote_attach(const uct_remapring_iface_addr_t *addr,
     }
 
     close(fd);
-    if (!uct_remapring_remote_valid(ctl, st.st_size, addr)) {
+    /* the magic, stored last with release, says the rest is written */
+    hdr.magic = __atomic_load_n(&((uct_remapring_ctl_t*)ctl)->magic,
+                                __ATOMIC_ACQUIRE);
+    memcpy(UCS_PTR_BYTE_OFFSET(&hdr, sizeof(hdr.magic)),
+           UCS_PTR_BYTE_OFFSET(ctl, sizeof(hdr.magic)),
+           ucs_offsetof(uct_remapring_ctl_t, summary) - sizeof(hdr.magic));
+    if (!uct_remapring_remote_valid(&hdr, st.st_size, addr)) {
         ucs_error("remapring: %s does not hold the control area of iface"
                   " 0x%" PRIx64 " of pid %d",
                   path, addr->iface_id, addr->pid);
@@ -295,11 +323,16 @@ ucs_status_t uct_remapring_remote_attach(const uct_remapring_iface_addr_t *addr,
         goto err_proc;
     }
 
-    remote->ctl      = ctl;
-    remote->ctl_size = st.st_size;
-    remote->iface_id = addr->iface_id;
-    remote->conn     = NULL;
-    remote->index    = 0;
+    remote->ctl         = ctl;
+    remote->ctl_size    = st.st_size;
+    remote->iface_id    = addr->iface_id;
+    remote->max_peers   = hdr.max_peers;
+    remote->ring_slots  = hdr.ring_slots;
+    remote->block_size  = hdr.block_size;
+    remote->pool_blocks = hdr.pool_blocks;
+    remote->pool_fd     = hdr.pool_fd;
+    remote->conn        = NULL;
+    remote->index       = 0;
     return UCS_OK;
 
 err_close:
@@ -313,7 +346,8 @@ ucs_status_t uct_remapring_remote_claim(uct_remapring_remote_t *remote,
                                         uint64_t sender_id,
                                         uct_remapring_wire_type_t wire)
 {
-    uct_remapring_conn_t *conns = uct_remapring_ctl_conns(remote->ctl);
+    uct_remapring_conn_t *conns = uct_remapring_ctl_conns(remote->ctl,
+                                                          remote->max_peers);
     /* a ring made in advance is one of the shm wire's: such a sender takes
      * one first and writes at once; another claims a free slot first */
     static const struct {
@@ -329,7 +363,7 @@ ucs_status_t uct_remapring_remote_claim(uct_remapring_remote_t *remote,
     uint32_t state;
 
     for (pass = 0; pass < 2; ++pass) {
-        for (index = 0; index < remote->ctl->max_peers; ++index) {
+        for (index = 0; index < remote->max_peers; ++index) {
             state = order[pass].from;
             if (__atomic_compare_exchange_n(&conns[index].state, &state,
                                             order[pass].to, 0,
@@ -343,7 +377,7 @@ ucs_status_t uct_remapring_remote_claim(uct_remapring_remote_t *remote,
     if (pass == 2) {
         ucs_error("remapring: pid %d accepts no more senders (%u connected,"
                   " see UCX_REMAPRING_MAX_PEERS)",
-                  remote->proc.pid, remote->ctl->max_peers);
+                  remote->proc.pid, remote->max_peers);
         return UCS_ERR_EXCEEDS_LIMIT;
     }
 

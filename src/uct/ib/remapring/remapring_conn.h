@@ -10,12 +10,13 @@
  * interface on one host.
  *
  * Control area: a memfd of the receiver that senders map through
- * /proc/<pid>/fd/<n>; the receiver's interface address names pid, fd and a
- * random interface id (pids and fd numbers are reused). It holds a header
- * (uct_remapring_ctl_t), the doorbell bits, one connection slot per sender
- * (uct_remapring_conn_t, with the ring's control words) and one slot table
- * per connection: the mirror of the ring's slot -> pool block map that the
- * shm wire writes through, as a NIC follows its page table.
+ * /proc/<pid>/fd/<n>, sealed so that its size never changes (a sender
+ * refuses one that is not); the receiver's interface address names pid, fd
+ * and a random interface id (pids and fd numbers are reused). It holds a
+ * header (uct_remapring_ctl_t), the doorbell bits, one connection slot per
+ * sender (uct_remapring_conn_t, with the ring's control words) and one slot
+ * table per connection: the mirror of the ring's slot -> pool block map
+ * that the shm wire writes through, as a NIC follows its page table.
  *
  * A connection joins one sending interface to one receiving interface; all
  * endpoints from that sender to that receiver share it. Its state word:
@@ -63,7 +64,7 @@
 
 
 #define UCT_REMAPRING_CTL_MAGIC   0x6c74636972616d72ull /* "rmaric tl" */
-#define UCT_REMAPRING_CTL_VERSION 3
+#define UCT_REMAPRING_CTL_VERSION 4
 #define UCT_REMAPRING_MAX_PEERS   4096 /* largest MAX_PEERS */
 
 
@@ -194,6 +195,12 @@ typedef struct uct_remapring_remote {
     uct_remapring_ctl_t  *ctl;        /* mapped here */
     size_t               ctl_size;
     uint64_t             iface_id;
+    /* the header as it was checked: the receiver may write the mapping */
+    unsigned             max_peers;
+    unsigned             ring_slots;
+    uint32_t             block_size;
+    uint32_t             pool_blocks;
+    int                  pool_fd;
     uct_remapring_conn_t *conn;       /* ours, once claimed */
     unsigned             index;       /* of @a conn */
 } uct_remapring_remote_t;
@@ -245,26 +252,29 @@ uct_remapring_ctl_size(unsigned max_peers, unsigned ring_slots)
 
 
 /**
- * Connection array of a control area.
+ * Connection array of a control area of @a max_peers. The geometry comes
+ * from the caller's own copy, never from the shared header, which the
+ * other side can write.
  */
 static inline uct_remapring_conn_t *
-uct_remapring_ctl_conns(uct_remapring_ctl_t *ctl)
+uct_remapring_ctl_conns(uct_remapring_ctl_t *ctl, unsigned max_peers)
 {
     return (uct_remapring_conn_t*)UCS_PTR_BYTE_OFFSET(
-            ctl, uct_remapring_ctl_conns_offset(ctl->max_peers));
+            ctl, uct_remapring_ctl_conns_offset(max_peers));
 }
 
 
 /**
- * Slot table of connection @a index of a control area.
+ * Slot table of connection @a index of a control area of @a max_peers
+ * connections of @a ring_slots (the caller's copy, as above).
  */
 static inline uint32_t *
-uct_remapring_ctl_slot_table(uct_remapring_ctl_t *ctl, unsigned index)
+uct_remapring_ctl_slot_table(uct_remapring_ctl_t *ctl, unsigned max_peers,
+                             unsigned ring_slots, unsigned index)
 {
     return (uint32_t*)UCS_PTR_BYTE_OFFSET(
-            ctl, uct_remapring_ctl_tables_offset(ctl->max_peers) +
-                         (index * uct_remapring_ctl_table_size(
-                                          ctl->ring_slots)));
+            ctl, uct_remapring_ctl_tables_offset(max_peers) +
+                         (index * uct_remapring_ctl_table_size(ring_slots)));
 }
 
 

@@ -176,6 +176,7 @@ uct_remapring_peer_create(uct_remapring_iface_t *iface,
     uct_remapring_peer_t *peer;
     uct_remapring_wire_type_t wire;
     ucs_status_t status;
+    size_t pool_size;
     char path[64];
 
     peer = ucs_calloc(1, sizeof(*peer), "uct_remapring_peer_t");
@@ -202,12 +203,20 @@ uct_remapring_peer_create(uct_remapring_iface_t *iface,
     wire = iface->tx.wire;
     if (wire == UCT_REMAPRING_WIRE_SHM) {
         ucs_snprintf_zero(path, sizeof(path), "/proc/%d/fd/%d", addr->pid,
-                          peer->remote.ctl->pool_fd);
+                          peer->remote.pool_fd);
         peer->pool_fd = open(path, O_RDWR | O_CLOEXEC);
         if (peer->pool_fd < 0) {
             ucs_diag("remapring: cannot open pool %s of pid %d (%m), using"
                      " the cma wire", path, addr->pid);
             wire = UCT_REMAPRING_WIRE_CMA;
+        } else if (uct_remapring_pool_check_fd(peer->pool_fd, &pool_size) !=
+                   UCS_OK) {
+            /* it could shrink under our stores; the cma wire cannot fault */
+            ucs_diag("remapring: pool %s of pid %d is not sealed against"
+                     " shrinking, using the cma wire", path, addr->pid);
+            close(peer->pool_fd);
+            peer->pool_fd = -1;
+            wire          = UCT_REMAPRING_WIRE_CMA;
         }
     }
 
@@ -310,12 +319,13 @@ static ucs_status_t
 uct_remapring_peer_shm_wire(uct_remapring_peer_t *peer,
                             const uct_remapring_ring_info_t *info)
 {
-    uct_remapring_ctl_t *ctl = peer->remote.ctl;
+    uct_remapring_remote_t *remote = &peer->remote;
     ucs_status_t status;
 
     status = uct_remapring_wire_shm_create(
-            peer->pool_fd, info->block_size, ctl->pool_blocks,
-            uct_remapring_ctl_slot_table(ctl, peer->remote.index),
+            peer->pool_fd, info->block_size, remote->pool_blocks,
+            uct_remapring_ctl_slot_table(remote->ctl, remote->max_peers,
+                                         remote->ring_slots, remote->index),
             (size_t)info->block_size * info->nslots, &peer->remote.conn->ring,
             &peer->wire);
     close(peer->pool_fd);
@@ -328,7 +338,7 @@ uct_remapring_peer_shm_wire(uct_remapring_peer_t *peer,
 static UCS_F_NOINLINE ucs_status_t
 uct_remapring_peer_connect(uct_remapring_peer_t *peer)
 {
-    uct_remapring_ctl_t *ctl = peer->remote.ctl;
+    uct_remapring_remote_t *remote = &peer->remote;
     uct_remapring_ring_info_t info;
     const char *reason;
     ucs_status_t status;
@@ -345,13 +355,13 @@ uct_remapring_peer_connect(uct_remapring_peer_t *peer)
         return status;
     }
 
-    info = peer->remote.conn->ring.info;
-    if ((info.block_size != ctl->block_size) ||
-        (info.nslots != ctl->ring_slots)) {
+    info = remote->conn->ring.info;
+    if ((info.block_size != remote->block_size) ||
+        (info.nslots != remote->ring_slots)) {
         ucs_error("remapring: pid %d ring of %u slots of %u bytes does not"
                   " match its control area (%u of %u)",
-                  peer->remote.proc.pid, info.nslots, info.block_size,
-                  ctl->ring_slots, ctl->block_size);
+                  remote->proc.pid, info.nslots, info.block_size,
+                  remote->ring_slots, remote->block_size);
         uct_remapring_peer_failed(peer, UCS_ERR_INVALID_PARAM,
                                   "its ring does not match its control area");
         return UCS_ERR_INVALID_PARAM;

@@ -527,6 +527,8 @@ static ucs_status_t uct_remapring_rx_ring_make(uct_remapring_iface_t *iface,
                           UCT_REMAPRING_RING_COMMIT_STAMP :
                           UCT_REMAPRING_RING_COMMIT_TAIL;
     params.shared_slots = uct_remapring_ctl_slot_table(iface->rx.ctl.ctl,
+                                                       iface->rx.ctl.max_peers,
+                                                       iface->rx.ctl.ring_slots,
                                                        index);
     /* a sender on the shm wire follows the slot table only: held blocks
      * are swapped in the table, without mmap */

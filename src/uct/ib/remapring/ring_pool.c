@@ -16,8 +16,14 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
+
+
+/* Seals of the pool memfd: it never shrinks, and no one adds a seal that
+ * would stop it growing. A writer that maps the pool checks them first. */
+#define UCT_REMAPRING_POOL_SEALS (F_SEAL_SHRINK | F_SEAL_SEAL)
 
 
 static uint64_t uct_remapring_pool_now_ns(void)
@@ -217,11 +223,19 @@ uct_remapring_pool_create(const uct_remapring_pool_params_t *params,
     ucs_list_head_init(&pool->waiters);
 
     pool->fd = memfd_create(params->name ? params->name : "remapring-pool",
-                            MFD_CLOEXEC);
+                            MFD_CLOEXEC | MFD_ALLOW_SEALING);
     if (pool->fd < 0) {
         ucs_error("memfd_create failed: %m");
         status = UCS_ERR_IO_ERROR;
         goto err_free_blocks;
+    }
+
+    /* The pool only grows: sealed, it cannot shrink under a writer that
+     * maps it (a store beyond the end of a memfd raises SIGBUS) */
+    if (fcntl(pool->fd, F_ADD_SEALS, UCT_REMAPRING_POOL_SEALS) != 0) {
+        ucs_error("pool %p: sealing memfd %d failed: %m", pool, pool->fd);
+        status = UCS_ERR_IO_ERROR;
+        goto err_close_fd;
     }
 
     reserve = (size_t)params->max_blocks << pool->block_shift;
@@ -421,6 +435,32 @@ uct_remapring_pool_remap(uct_remapring_pool_t *pool, uint32_t block, void *addr)
     }
 
     return status;
+}
+
+ucs_status_t uct_remapring_pool_check_fd(int fd, size_t *size_p)
+{
+    struct stat st;
+    int seals;
+
+    seals = fcntl(fd, F_GET_SEALS);
+    if (seals < 0) {
+        ucs_debug("pool fd %d: F_GET_SEALS failed: %m", fd);
+        return UCS_ERR_UNSUPPORTED;
+    }
+
+    if ((seals & UCT_REMAPRING_POOL_SEALS) != UCT_REMAPRING_POOL_SEALS) {
+        ucs_debug("pool fd %d has seals 0x%x, not 0x%x", fd, seals,
+                  UCT_REMAPRING_POOL_SEALS);
+        return UCS_ERR_UNSUPPORTED;
+    }
+
+    if (fstat(fd, &st) != 0) {
+        ucs_debug("pool fd %d: fstat failed: %m", fd);
+        return UCS_ERR_UNSUPPORTED;
+    }
+
+    *size_p = st.st_size;
+    return UCS_OK;
 }
 
 void uct_remapring_pool_get_stats(const uct_remapring_pool_t *pool,

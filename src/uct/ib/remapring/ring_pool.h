@@ -40,7 +40,6 @@ BEGIN_C_DECLS
 
 #define UCT_REMAPRING_POOL_BLOCK_NONE UINT32_MAX
 
-
 typedef struct uct_remapring_ring uct_remapring_ring_t;
 
 
@@ -231,6 +230,19 @@ ucs_status_t uct_remapring_pool_map(uct_remapring_pool_t *pool, uint32_t block,
  */
 ucs_status_t uct_remapring_pool_remap(uct_remapring_pool_t *pool,
                                       uint32_t block, void *addr);
+
+
+/**
+ * Check a pool memfd of another process before mapping it: it must carry
+ * the pool's seals, so that it can never shrink under the mapping.
+ *
+ * @param [in]  fd      The memfd, opened through /proc/<pid>/fd/<n>.
+ * @param [out] size_p  Its size now; it only grows from here.
+ *
+ * @return UCS_OK, or UCS_ERR_UNSUPPORTED if it is not sealed so (logged at
+ *         debug level: the caller says what it does instead).
+ */
+ucs_status_t uct_remapring_pool_check_fd(int fd, size_t *size_p);
 
 
 /**

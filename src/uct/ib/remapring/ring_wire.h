@@ -220,8 +220,10 @@ ucs_status_t uct_remapring_wire_cma_create(pid_t pid, uint64_t remote_view,
  * message. Entries of the table that name no block of the pool are refused
  * with UCS_ERR_INVALID_ADDR.
  *
- * @param [in]  pool_fd      Reader's pool memfd; the wire maps it, the
- *                           caller keeps (and may close) the fd.
+ * @param [in]  pool_fd      Reader's pool memfd, sealed as the pool seals
+ *                           it (else UCS_ERR_UNSUPPORTED); the wire maps it
+ *                           and keeps a copy, the caller keeps (and may
+ *                           close) this fd.
  * @param [in]  block_size   Reader's block size B.
  * @param [in]  pool_blocks  Largest number of blocks the pool may have.
  * @param [in]  slot_table   window_size / B words, written by the reader.

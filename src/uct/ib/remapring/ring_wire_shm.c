@@ -7,15 +7,19 @@
 #endif
 
 #include <uct/ib/remapring/ring.h>
+#include <uct/ib/remapring/ring_pool.h>
 #include <uct/ib/remapring/ring_wire.h>
 
 #include <ucs/arch/bitops.h>
 #include <ucs/debug/log_def.h>
 #include <ucs/sys/math.h>
 
+#include <fcntl.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 
 /*
@@ -25,20 +29,39 @@
  * slot's entry only before it credits the slot (release), and the writer
  * writes a slot only after it saw that credit (acquire), so an entry read
  * here is the one the reader will read the record from. An entry naming no
- * block of the pool is refused, never followed. The pool only grows; a
- * reader that shrinks its memfd under us would fault us, the trust UCX's
- * own shared-memory transports place in a peer of the same user.
+ * block of the pool is refused, never followed. The pool only grows, and
+ * its memfd is sealed against shrinking (checked before we map it), so a
+ * block below the file's end stays there; a block beyond the end we knew is
+ * looked up once more (fstat) before it is refused: a store there would
+ * raise SIGBUS in the writer.
  */
 typedef struct uct_remapring_wire_shm {
     uct_remapring_wire_t     super;
     char                     *pool;        /* reader's pool, mapped here */
     size_t                   pool_size;    /* pool_blocks << block_shift */
     uint32_t                 pool_blocks;  /* entries must be below this */
+    uint32_t                 file_blocks;  /* blocks of the memfd, last seen */
+    int                      pool_fd;      /* our copy of the reader's fd */
     unsigned                 block_shift;  /* log2(B) */
     const uint32_t           *slot_table;  /* nslots words, reader writes */
     uct_remapring_ring_ctl_t *ctl;         /* shared control words */
 } uct_remapring_wire_shm_t;
 
+
+/* Whether @a block is inside the reader's memfd: it grew since we looked */
+static UCS_F_NOINLINE int
+uct_remapring_wire_shm_grown_to(uct_remapring_wire_shm_t *shm, uint32_t block)
+{
+    struct stat st;
+
+    if ((block >= shm->pool_blocks) || (fstat(shm->pool_fd, &st) != 0)) {
+        return 0;
+    }
+
+    shm->file_blocks = ucs_min(st.st_size >> shm->block_shift,
+                               shm->pool_blocks);
+    return block < shm->file_blocks;
+}
 
 static ucs_status_t
 uct_remapring_wire_shm_write(uct_remapring_wire_t *wire,
@@ -56,11 +79,12 @@ uct_remapring_wire_shm_write(uct_remapring_wire_t *wire,
         block    = __atomic_load_n(&shm->slot_table[pos >> shm->block_shift],
                                    __ATOMIC_RELAXED);
         in_block = pos & block_mask;
-        if (ucs_unlikely((block >= shm->pool_blocks) ||
+        if (ucs_unlikely(((block >= shm->file_blocks) &&
+                          !uct_remapring_wire_shm_grown_to(shm, block)) ||
                          (in_block + segs[i].length > block_mask + 1))) {
-            ucs_error("shm wire %p: slot %zu names block %u of %u for %u "
-                      "bytes at %zu: not in the pool",
-                      shm, pos >> shm->block_shift, block, shm->pool_blocks,
+            ucs_error("shm wire %p: slot %zu names block %u (the pool has"
+                      " %u) for %u bytes at %zu: not in the pool",
+                      shm, pos >> shm->block_shift, block, shm->file_blocks,
                       segs[i].length, in_block);
             return UCS_ERR_INVALID_ADDR;
         }
@@ -99,6 +123,7 @@ static void uct_remapring_wire_shm_destroy(uct_remapring_wire_t *wire)
     uct_remapring_wire_shm_t *shm = (uct_remapring_wire_shm_t*)wire;
 
     munmap(shm->pool, shm->pool_size);
+    close(shm->pool_fd);
     free(shm);
 }
 
@@ -106,7 +131,7 @@ static const uct_remapring_wire_ops_t uct_remapring_wire_shm_ops = {
     .write         = uct_remapring_wire_shm_write,
     .publish_tail  = uct_remapring_wire_shm_publish_tail,
     .limit         = uct_remapring_wire_shm_limit,
-        .stalled       = uct_remapring_wire_shm_stalled,
+    .stalled       = uct_remapring_wire_shm_stalled,
     .destroy       = uct_remapring_wire_shm_destroy
 };
 
@@ -118,6 +143,7 @@ ucs_status_t uct_remapring_wire_shm_create(int pool_fd, size_t block_size,
                                            uct_remapring_wire_t **wire_p)
 {
     uct_remapring_wire_shm_t *shm;
+    size_t file_size;
 
     if (!ucs_is_pow2(block_size) || (window_size < block_size) ||
         (pool_blocks == 0) ||
@@ -127,10 +153,23 @@ ucs_status_t uct_remapring_wire_shm_create(int pool_fd, size_t block_size,
         return UCS_ERR_INVALID_PARAM;
     }
 
+    if (uct_remapring_pool_check_fd(pool_fd, &file_size) != UCS_OK) {
+        ucs_error("shm wire: pool fd %d is not a pool sealed against"
+                  " shrinking", pool_fd);
+        return UCS_ERR_UNSUPPORTED;
+    }
+
     shm = calloc(1, sizeof(*shm));
     if (shm == NULL) {
         ucs_error("failed to allocate shm wire");
         return UCS_ERR_NO_MEMORY;
+    }
+
+    shm->pool_fd = fcntl(pool_fd, F_DUPFD_CLOEXEC, 0);
+    if (shm->pool_fd < 0) {
+        ucs_error("shm wire: dup of pool fd %d failed: %m", pool_fd);
+        free(shm);
+        return UCS_ERR_IO_ERROR;
     }
 
     shm->super.ops         = &uct_remapring_wire_shm_ops;
@@ -139,6 +178,8 @@ ucs_status_t uct_remapring_wire_shm_create(int pool_fd, size_t block_size,
     shm->block_shift       = ucs_ilog2(block_size);
     shm->pool_blocks       = pool_blocks;
     shm->pool_size         = (size_t)pool_blocks << shm->block_shift;
+    shm->file_blocks       = ucs_min(file_size >> shm->block_shift,
+                                     pool_blocks);
     shm->slot_table        = slot_table;
     shm->ctl               = ctl;
     shm->pool              = mmap(NULL, shm->pool_size, PROT_READ | PROT_WRITE,
@@ -146,6 +187,7 @@ ucs_status_t uct_remapring_wire_shm_create(int pool_fd, size_t block_size,
     if (shm->pool == MAP_FAILED) {
         ucs_error("shm wire: mmap(pool fd %d, %zu) failed: %m", pool_fd,
                   shm->pool_size);
+        close(shm->pool_fd);
         free(shm);
         return UCS_ERR_NO_MEMORY;
     }
