@@ -137,7 +137,10 @@ stop_guests() {
     local f
     for f in "$out"/[ab]/qemu.pid; do
         [ -f "$f" ] || continue
-        [ -f "${f%.pid}.status" ] || kill "$(cat "$f")" 2>/dev/null || true
+        [ -f "${f%.pid}.status" ] && continue
+        if kill "$(cat "$f")" 2>/dev/null; then
+            touch "${f%.pid}.stopped"
+        fi
     done
 }
 cleanup() {
@@ -241,7 +244,7 @@ fi
 for i in "${!roles[@]}"; do
     role=${roles[$i]}
     mkdir -p "$out/$role"
-    rm -f "$out/$role/qemu.pid" "$out/$role/qemu.status"
+    rm -f "$out/$role"/qemu.{pid,status,stopped}
     : > "$out/$role/console.log"
     # alone, user networking only gives the NIC a link (restrict: no
     # way out of the host)
@@ -325,7 +328,9 @@ for i in "${!roles[@]}"; do
     echo " off at $(tail -1 "$log" | sed 's/^\[ *\([0-9.]*\)\].*/\1/') s" \
          "(qemu status $qst)"
     if [ -z "$res" ]; then
-        if [ "$qst" = 124 ] || [ "$qst" = 137 ]; then
+        if [ -f "$out/$role/qemu.stopped" ]; then
+            echo "vm: guest $role: no result, stopped"
+        elif [ "$qst" = 124 ] || [ "$qst" = 137 ]; then
             echo "vm: guest $role: no result, stopped after $timeout s"
         else
             echo "vm: guest $role: no result (see $log)"
