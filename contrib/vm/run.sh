@@ -18,14 +18,15 @@
 #                whose rxe has ODP; pinned: Debian 12's 6.1, no ODP; or a
 #                directory made by contrib/vm/mkkernel.sh
 #   -2           boot two guests, a (10.0.3.1, host vm-a) and b (10.0.3.2,
-#                vm-b), their NICs joined by a qemu socket netdev on the
-#                host's 127.0.0.1; alone, a is 10.0.3.1 with no peer
-#   -n tcp|udp   the pair's link: tcp (default) a listens, b connects; udp
-#                a datagram each way, which may drop frames, but qemu's
-#                stream socket delays small frames (Nagle's algorithm, no
-#                TCP_NODELAY): one verbs round trip takes about 70 ms on
-#                tcp, 20 to 50 ms on udp
-#   -M           add Open MPI and MPICH (seconds more per boot)
+#                vm-b), their NICs joined by a qemu socket netdev on this
+#                host; alone, a is 10.0.3.1 with no peer
+#   -n LINK      the pair's link: unix (default): a listens on the stream
+#                socket OUT/link, b connects; tcp: the same on 127.0.0.1,
+#                where qemu's socket delays small frames (Nagle's
+#                algorithm), so that a verbs round trip takes 55-70 ms
+#                instead of 15-40 ms and rxe retransmits; udp: a datagram
+#                socket each way (may drop frames under load)
+#   -M           add Open MPI and MPICH (up to a second more per boot)
 #   -a SRC[:DST] add a file or directory to each guest, at DST (absolute)
 #                or by default /payload/<name of SRC>; repeatable
 #   -e NAME=VAL  set NAME in the job's environment; repeatable
@@ -62,7 +63,7 @@ elapsed() {
     printf '%d.%02d' $((t / 1000000)) $((t % 1000000 / 10000))
 }
 
-kernel=odp pair=0 net_kind=tcp mpi=0 out= timeout=600 grace=60 mem=2048
+kernel=odp pair=0 net_kind=unix mpi=0 out= timeout=600 grace=60 mem=2048
 cpus=2 quiet=0 interactive=0
 adds=() envs=()
 while getopts "k:2n:Ma:e:o:t:g:m:c:qih" opt; do
@@ -91,8 +92,8 @@ for v in "$timeout" "$grace" "$mem" "$cpus"; do
 done
 [ "$timeout" -gt 60 ] || die "-t must be more than 60 s"
 case $net_kind in
-tcp|udp) ;;
-*) die "-n tcp or -n udp" ;;
+tcp|udp|unix) ;;
+*) die "-n tcp, udp or unix" ;;
 esac
 job=
 if [ "$interactive" = 0 ]; then
@@ -233,14 +234,17 @@ console() {
     done
 }
 
-# two free ports: a's, and b's for the udp link
+# two free ports for the tcp and udp links: a's, and b's for udp
 port= port_b=
-if [ "$pair" = 1 ]; then
+[ "$net_kind" != unix ] || [ ${#out} -lt 100 ] ||
+    die "the output directory's path is too long for a socket in it"
+if [ "$pair" = 1 ] && [ "$net_kind" != unix ]; then
     read -r port port_b < <(python3 -c 'import socket
 s, t = socket.socket(), socket.socket(type=socket.SOCK_DGRAM)
 s.bind(("127.0.0.1", 0)); t.bind(("127.0.0.1", 0))
 print(s.getsockname()[1], t.getsockname()[1])')
 fi
+rm -f "$out/link"
 for i in "${!roles[@]}"; do
     role=${roles[$i]}
     mkdir -p "$out/$role"
@@ -255,6 +259,8 @@ for i in "${!roles[@]}"; do
     1:tcp:b) net=socket,id=n0,connect=$lo:$port ;;
     1:udp:a) net=socket,id=n0,udp=$lo:$port_b,localaddr=$lo:$port ;;
     1:udp:b) net=socket,id=n0,udp=$lo:$port,localaddr=$lo:$port_b ;;
+    1:unix:a) net=stream,id=n0,server=on,addr.type=unix,addr.path=$out/link ;;
+    1:unix:b) net=stream,id=n0,server=off,addr.type=unix,addr.path=$out/link ;;
     esac
     guest_args "$role" "$i"
     # qemu under timeout, its console through console(); the subshell
@@ -267,10 +273,13 @@ for i in "${!roles[@]}"; do
         echo "$st" > "$out/$role/qemu.status"
     ) < /dev/null | console "$role" &
     pids[$i]=$!
-    if [ "$role" = a ] && [ "$pair" = 1 ] && [ "$net_kind" = tcp ]; then
+    if [ "$role" = a ] && [ "$pair" = 1 ] && [ "$net_kind" != udp ]; then
         # b connects only once a listens
         for _ in $(seq 100); do
-            ss -ltn 2>/dev/null | grep -q "127.0.0.1:$port " && break
+            case $net_kind in
+            tcp)  ss -Hltn "sport = :$port" 2>/dev/null | grep -q . && break ;;
+            unix) [ -S "$out/link" ] && break ;;
+            esac
             kill -0 "${pids[0]}" 2>/dev/null || break
             sleep 0.1
         done

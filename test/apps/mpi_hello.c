@@ -49,9 +49,9 @@ int main(int argc, char **argv)
     MPI_Allreduce(&ok, &sum, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
     /* MPICH 4.0.2 (ch4:ucx) closes its UCX endpoints in MPI_Finalize and
      * waits for them before its PMI barrier, no longer progressing the
-     * peers it waits on; over UCX tcp between the test bed's guests a rank
-     * whose connection was still being completed then waited forever (3
-     * runs in 10). A barrier first lets every connection settle. */
+     * peers it waits on; over UCX tcp between the test bed's guests one
+     * rank then sometimes spins there forever: 3 runs in 10 without this
+     * barrier, about 1 in 12 with it. */
     MPI_Barrier(MPI_COMM_WORLD);
     if (rank == 0) {
         if ((sum == size) && (size > 1) && (any_host || (hosts > 1))) {

@@ -10,6 +10,7 @@
 #   vm_loopback NAME PORT CMD... a server and a client of CMD in this guest
 #   vm_pair NAME PORT CMD...     CMD as server on a, as client on b
 #   vm_barrier NAME              wait until the other guest is here too
+#   vm_rxe_counters              rxe0's retransmission counters
 #   vm_mpich NP PROG [ARG...]    MPICH (hydra) across vm-a and vm-b
 #   vm_ompi NP PROG [ARG...]     Open MPI (pml ucx) across vm-a and vm-b
 # The MPI helpers need the MPI layer (run.sh -M), run from guest a, while
@@ -29,7 +30,8 @@ vm_listening() {
     if [ "$1" = - ]; then
         [ -n "$(ss -Hltn "sport = :$2")" ]
     else
-        [ -n "$(/vm/bin/vm-rsh "$1" "ss -Hltn 'sport = :$2'" 2>/dev/null)" ]
+        [ -n "$(VM_RSH_WAIT=2 /vm/bin/vm-rsh "$1" "ss -Hltn 'sport = :$2'" \
+                2>/dev/null)" ]
     fi
 }
 
@@ -42,6 +44,18 @@ vm_wait_listen() {
         sleep 0.2
     done
     return 1
+}
+
+# vm_rxe_counters: rxe0's retransmission counters, one line; under TCG a
+# late acknowledgement makes rxe retransmit, and RC QPs have been seen to
+# stall for good after some retransmissions
+vm_rxe_counters() {
+    local d=/sys/class/infiniband/rxe0/ports/1/hw_counters c line=
+    for c in completer_retry_err duplicate_request retry_exceeded_err \
+             rcvd_seq_err; do
+        line+=" $c $(cat "$d/$c" 2>/dev/null)"
+    done
+    echo "rxe0:$line"
 }
 
 # vm_show NAME ROLE FILE: a command's output, each line under its name
@@ -80,23 +94,51 @@ vm_loopback() {
 # vm_pair NAME PORT CMD...: the two guests' halves of one test. On a, CMD
 # runs as the server; on b, once a listens on TCP PORT, CMD runs with a's
 # address appended. Each guest shows and returns its own half's result.
+# When either half's output matches VM_PAIR_AGAIN (default: perftest's
+# "Can't produce a report", its clock calibration failing under TCG), both
+# run again, up to VM_PAIR_TRIES times (default 3): each tells the other
+# its outcome through vm-rsh and waits for the other's, so both decide the
+# same.
 vm_pair() {
-    local name=$1 port=$2 rc t=$SECONDS
+    local name=$1 port=$2 rc try=1 tries=${VM_PAIR_TRIES:-3} t=$SECONDS
+    local side=server mine theirs other f i
+    local again=${VM_PAIR_AGAIN:-"Can't produce a report"}
     shift 2
+    [ "$VM_ROLE" = a ] || side=client
+    other=$([ "$VM_ROLE" = a ] && echo b || echo a)
     vm_note "$name"
-    if [ "$VM_ROLE" = a ]; then
-        timeout 180 "$@" > "/tmp/$name.log" 2>&1
-        rc=$?
-    elif vm_wait_listen "$VM_PEER" "$port" 120; then
-        timeout 180 "$@" "$VM_PEER" > "/tmp/$name.log" 2>&1
-        rc=$?
-    else
-        echo "   $name: the server on $VM_PEER never listened on port $port"
-        return 1
-    fi
-    vm_show "$name" "$([ "$VM_ROLE" = a ] && echo server || echo client)" \
-        "/tmp/$name.log"
-    echo "   $name: $rc ($((SECONDS - t)) s)"
+    mkdir -p /tmp/vm-pair
+    while :; do
+        if [ "$VM_ROLE" = a ]; then
+            timeout 180 "$@" > "/tmp/$name.log" 2>&1
+            rc=$?
+        elif vm_wait_listen "$VM_PEER" "$port" 120; then
+            timeout 180 "$@" "$VM_PEER" > "/tmp/$name.log" 2>&1
+            rc=$?
+        else
+            echo "   $name: the server on $VM_PEER never listened on port $port"
+            rc=1
+        fi
+        mine=done
+        [ $rc -ne 0 ] && grep -qF "$again" "/tmp/$name.log" && mine=again
+        f=/tmp/vm-pair/$name.$try
+        VM_RSH_WAIT=30 /vm/bin/vm-rsh "$VM_PEER" \
+            "mkdir -p /tmp/vm-pair && echo $mine > $f.$VM_ROLE" || break
+        theirs=
+        for ((i = 0; i < 2000; ++i)); do
+            theirs=$(cat "$f.$other" 2>/dev/null)
+            [ -n "$theirs" ] && break
+            sleep 0.1
+        done
+        [ "$mine" = again ] || [ "$theirs" = again ] || break
+        [ $try -lt "$tries" ] || break
+        vm_show "$name" "$side" "/tmp/$name.log" | tail -3
+        echo "   $name: again ($([ "$mine" = again ] && echo here ||
+                                echo on guest "$other"): $again)"
+        try=$((try + 1))
+    done
+    vm_show "$name" "$side" "/tmp/$name.log"
+    echo "   $name: $rc ($((SECONDS - t)) s), $(vm_rxe_counters)"
     return $rc
 }
 
