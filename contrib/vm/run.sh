@@ -117,7 +117,7 @@ esac
 layers=("$cache/rootfs/rootfs.cpio")
 [ "$mpi" = 1 ] && layers+=("$cache/rootfs/mpi.cpio")
 for f in "$kdir/kernel" "$kdir/modules.cpio" "${layers[@]}" \
-         "$cache/bin/vm-rsh"; do
+         "$cache/bin/vm-rsh" "$cache/.lock"; do
     [ -f "$f" ] || skip "no $f: run contrib/vm/setup.sh"
 done
 
@@ -181,13 +181,13 @@ done
 # turn, later files replacing earlier ones. Under the cache's lock, so
 # that a setup.sh running meanwhile replaces nothing half-read.
 (
-    flock -s 9
+    flock -s 9 || true
     cat "${layers[@]}" "$kdir/modules.cpio" "$stage/bed.cpio" \
         > "$stage/initrd.cpio"
     cp "$kdir/kernel" "$stage/kernel"
     cat "$kdir/version" > "$stage/version" 2>/dev/null ||
         echo "?" > "$stage/version"
-) 9> "$cache/.lock"
+) 9< "$cache/.lock"
 
 # guest_args ROLE INDEX: the qemu arguments of one guest, in qargs
 guest_args() {
