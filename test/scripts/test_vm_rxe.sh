@@ -1,0 +1,105 @@
+#!/bin/bash
+#
+# Copyright (c) remapring contributors. See file LICENSE for terms.
+#
+# The soft-RoCE test bed (contrib/vm) works: it sets itself up (cached
+# after the first time) and boots Debian kernels under qemu with rxe0 on a
+# virtio NIC, with the freshly built module added to the guests.
+#   odp     one guest on the trixie-backports 7.x kernel: ODP reported for
+#           RC, ibv_rc_pingpong plain and --odp, UCX's ucx_perftest UCT
+#           am_lat over rc_verbs on rxe0:1, ucx_info -d lists rxe0:1, the
+#           module loads under LD_PRELOAD (test/scripts/vm/rxe_one.sh)
+#   pair    two guests on a qemu socket network: ibv_rc_pingpong and
+#           ib_write_bw between them, and an MPI hello, one rank on each,
+#           launched without ssh, with MPICH and Open MPI where the host
+#           has them (test/scripts/vm/rxe_pair.sh, test/apps/mpi_hello.c)
+#   pinned  one guest on Debian 12's 6.1 kernel: rxe0 up, no ODP
+# Skipped, with the reason, where the bed cannot be set up or qemu cannot
+# boot. Each part is bounded (run.sh -t) well inside ctest's timeout.
+# VM_RXE_PARTS (default "odp pair pinned") selects the parts.
+#
+. "$(dirname "$0")/common.sh"
+
+: "${REMAPRING_SRCDIR:=$(cd "$(dirname "$0")/../.." && pwd)}"
+vm=$REMAPRING_SRCDIR/contrib/vm
+jobs=$REMAPRING_SRCDIR/test/scripts/vm
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+parts=${VM_RXE_PARTS:-odp pair pinned}
+times=()
+# in the jobs' output: perftest's tables, framing, settings and addresses
+noise='^ *[a-z_]+ (server|client): *([-+|*]|$|.*address|.*GID:|[A-Za-z* ]+: )'
+
+# part NAME RUN_ARGS...: one run.sh, its guests' job output shown, its time
+# kept; a skip ends the test as skipped
+part() {
+    local name=$1 t=$SECONDS rc=0 f
+    shift
+    note "$name: contrib/vm/run.sh $*"
+    "$vm/run.sh" -q -o "$tmp/$name" "$@" > "$tmp/$name.run" 2>&1 || rc=$?
+    for f in "$tmp/$name"/[ab]/job.log; do
+        [ -f "$f" ] || continue
+        echo "-- guest $(basename "$(dirname "$f")")"
+        grep -vE "$noise" "$f"
+    done
+    sed 's/^/   /' "$tmp/$name.run"
+    times+=("$name $((SECONDS - t)) s")
+    if [ $rc -eq 77 ]; then
+        skip "$name: $(grep 'SKIP' "$tmp/$name.run" | head -1)"
+    elif [ $rc -ne 0 ]; then
+        for f in "$tmp/$name"/[ab]/console.log; do
+            [ -f "$f" ] || continue
+            echo "-- console of guest $(basename "$(dirname "$f")"), last lines"
+            tail -30 "$f"
+        done
+        fail "$name: status $rc"
+    fi
+}
+
+t=$SECONDS
+note "setup: contrib/vm/setup.sh"
+rc=0
+"$vm/setup.sh" || rc=$?
+[ $rc -eq 77 ] && exit 77
+[ $rc -eq 0 ] || fail "setup: status $rc"
+times+=("setup $((SECONDS - t)) s")
+
+ucx_version=$(ucx_info -v | sed -n 's/^# Version //p')
+[ -n "$ucx_version" ] || fail "cannot read the host's UCX version"
+module=(-a "$REMAPRING_MODULE:/payload/libuct_remapring.so")
+[ -f "$REMAPRING_MODULE" ] || fail "no module at $REMAPRING_MODULE"
+
+for p in $parts; do
+    case $p in
+    odp)
+        part odp -t 180 -k odp "${module[@]}" "$jobs/rxe_one.sh" odp \
+            "$ucx_version" /payload/libuct_remapring.so ;;
+    pinned)
+        part pinned -t 150 -k pinned "${module[@]}" "$jobs/rxe_one.sh" pinned \
+            "$ucx_version" /payload/libuct_remapring.so ;;
+    pair)
+        # the hello, built here against the host's MPIs
+        mpi=() adds=()
+        if command -v mpicc.mpich >/dev/null; then
+            mpicc.mpich -O2 -o "$tmp/hello_mpich" \
+                "$REMAPRING_SRCDIR/test/apps/mpi_hello.c" || fail "mpicc.mpich"
+            adds+=(-a "$tmp/hello_mpich") mpi+=(mpich:/payload/hello_mpich)
+        else
+            note "pair: no mpicc.mpich, MPICH left out"
+        fi
+        if command -v mpicc.openmpi >/dev/null; then
+            mpicc.openmpi -O2 -o "$tmp/hello_ompi" \
+                "$REMAPRING_SRCDIR/test/apps/mpi_hello.c" ||
+                fail "mpicc.openmpi"
+            adds+=(-a "$tmp/hello_ompi") mpi+=(ompi:/payload/hello_ompi)
+        else
+            note "pair: no mpicc.openmpi, Open MPI left out"
+        fi
+        part pair -t 240 -2 -M "${adds[@]}" "$jobs/rxe_pair.sh" "${mpi[@]}" ;;
+    *)
+        fail "VM_RXE_PARTS: unknown part $p" ;;
+    esac
+done
+
+note "times: $(IFS=,; echo "${times[*]}" | sed 's/,/, /g')"
+echo "PASS"
