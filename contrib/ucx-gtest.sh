@@ -16,12 +16,12 @@
 #          print the suites contrib/test.sh runs (contrib/ucx-gtest/suites)
 #
 # The harness is UCX's test/gtest program, cut down to the UCT suites
-# (contrib/ucx-gtest/Makefile says what is in it), built from the source
+# (contrib/ucx-gtest/gtest.mk says what is in it), built from the source
 # tree contrib/ucx-src.sh prepares, patched with
 # contrib/ucx-gtest/add-remapring.patch (remapring added to UCX's
 # instantiation lists) and linked against the installed UCX libraries. It
 # is cached in /var/cache/remapring/ucx-gtest/<libucx0 version>-<hash of
-# build() below, the Makefile and the patch> (REMAPRING_UCX_GTEST_CACHE
+# build() below, gtest.mk and the patch> (REMAPRING_UCX_GTEST_CACHE
 # overrides the parent directory): a second run costs nothing.
 #
 # `run` preloads REMAPRING_MODULE (default: build/.libs/libuct_remapring.so
@@ -49,13 +49,13 @@ die() { echo "ucx-gtest: $*" >&2; exit 1; }
 cache_root=${REMAPRING_UCX_GTEST_CACHE:-/var/cache/remapring/ucx-gtest}
 
 # The cache key: the installed UCX package and everything that shapes the
-# program: the Makefile, the patch and build() below. Sets $key and $dir.
+# program: gtest.mk, the patch and build() below. Sets $key and $dir.
 cache_key() {
     local pkgver hash
     pkgver=$(dpkg-query -W -f='${Version}' libucx0 2>/dev/null || true)
     [ -n "$pkgver" ] || { key="libucx0 is not installed"; return 1; }
     hash=$({ sed -n '/^build() {$/,/^}$/p' "$here/ucx-gtest.sh"
-             cat "$data/Makefile" "$data/add-remapring.patch"; } |
+             cat "$data/gtest.mk" "$data/add-remapring.patch"; } |
            sha256sum | cut -c1-12)
     key=$pkgver-$hash
     dir=$cache_root/$key
@@ -94,7 +94,7 @@ build() {
     (cd "$dir" && patch -p1 -s < "$data/add-remapring.patch") ||
         fail "add-remapring.patch does not apply to $src/source"
     start=$SECONDS
-    if ! make -C "$dir" -f "$data/Makefile" -j"$(nproc)" \
+    if ! make -C "$dir" -f "$data/gtest.mk" -j"$(nproc)" \
             UCX_SRC="$src/source" UCX_BUILD="$src/build" TREE="$dir" \
             > "$dir/build.log" 2>&1; then
         tail -20 "$dir/build.log" >&2

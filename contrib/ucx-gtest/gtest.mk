@@ -4,7 +4,7 @@
 # Builds the part of UCX's own gtest program that runs the UCT suites,
 # against the *installed* UCX libraries. Driven by contrib/ucx-gtest.sh:
 #
-#   make -f Makefile UCX_SRC=DIR UCX_BUILD=DIR TREE=DIR [LIBDIR=DIR]
+#   make -f gtest.mk UCX_SRC=DIR UCX_BUILD=DIR TREE=DIR [LIBDIR=DIR]
 #
 #   UCX_SRC    the matching UCX source tree (contrib/ucx-src.sh)
 #   UCX_BUILD  its configured build directory: config.h, and the compiler
