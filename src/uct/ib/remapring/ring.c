@@ -27,6 +27,9 @@ int uct_remapring_ring_geometry_valid(size_t block_size, unsigned nslots,
         !ucs_is_pow2(nslots) || (nslots < 2) || (layout->align == 0) ||
         !ucs_is_pow2(layout->align) || (layout->align > 4096) ||
         (layout->align_offset >= layout->align) ||
+        !ucs_is_pow2(layout->rec_align) ||
+        (layout->rec_align < UCT_REMAPRING_RING_ALIGN) ||
+        (layout->rec_align > 4096) ||
         (layout->inline_max > 4096) || (layout->reserve > block_size)) {
         return 0;
     }
@@ -42,12 +45,15 @@ void uct_remapring_ring_params_default(uct_remapring_ring_params_t *params)
     params->inline_max   = 0;
     params->align        = 1;
     params->align_offset = 0;
+    params->rec_align    = UCT_REMAPRING_RING_ALIGN;
     params->credit_batch = 4;
     params->grant_min    = 0;
     params->commit       = UCT_REMAPRING_RING_COMMIT_TAIL;
     params->shared_slots = NULL;
     params->remap_view   = 1;
     params->name         = NULL;
+    params->on_publish   = NULL;
+    params->publish_arg  = NULL;
 }
 
 /* Back @a slot with @a block. The writer's mirror is stored before the slot
@@ -82,6 +88,9 @@ static void uct_remapring_ring_publish(uct_remapring_ring_t *ring)
     uct_remapring_ring_ctl_store_limit(ring->ctl, ring->backed);
     ring->limit = ring->backed;
     ring->stats.ncredits++;
+    if (ring->on_publish != NULL) {
+        ring->on_publish(ring->publish_arg, ring->limit);
+    }
 }
 
 static void uct_remapring_ring_wait(uct_remapring_ring_t *ring)
@@ -297,6 +306,7 @@ uct_remapring_ring_create(uct_remapring_pool_t *pool,
     uct_remapring_ring_layout_init(&layout, params->headroom,
                                    params->inline_max, params->align,
                                    params->align_offset);
+    layout.rec_align = params->rec_align;
     if (!uct_remapring_ring_geometry_valid(pool->block_size, params->nslots,
                                            &layout) ||
         ((params->commit != UCT_REMAPRING_RING_COMMIT_TAIL) &&
@@ -339,6 +349,8 @@ uct_remapring_ring_create(uct_remapring_pool_t *pool,
     ring->status       = UCS_OK;
     ring->shared_slots = params->shared_slots;
     ring->remap_view   = params->remap_view;
+    ring->on_publish   = params->on_publish;
+    ring->publish_arg  = params->publish_arg;
     if (params->name != NULL) {
         ucs_snprintf_zero(ring->name, sizeof(ring->name), "%s", params->name);
     } else {
@@ -415,6 +427,7 @@ uct_remapring_ring_create(uct_remapring_pool_t *pool,
     ctl->info.align        = ring->layout.align;
     ctl->info.align_offset = ring->layout.align_offset;
     ctl->info.commit       = ring->commit;
+    ctl->info.rec_align    = ring->layout.rec_align;
     uct_remapring_ring_ctl_store_tail(ctl, 0);
     uct_remapring_ring_ctl_store_limit(ctl, ring->limit);
 
@@ -689,7 +702,9 @@ uct_remapring_ring_writer_init(uct_remapring_ring_writer_t *writer,
         .reserve      = info->reserve,
         .inline_max   = info->inline_max,
         .align        = info->align,
-        .align_offset = info->align_offset
+        .align_offset = info->align_offset,
+        .rec_align    = (info->rec_align == 0) ? UCT_REMAPRING_RING_ALIGN :
+                        info->rec_align
     };
 
     if ((info->magic != UCT_REMAPRING_RING_CTL_MAGIC) ||

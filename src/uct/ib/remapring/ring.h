@@ -14,7 +14,8 @@
  * ring view is W bytes of virtual space, each slot mapped to some pool block
  * (the slot table says which).
  *
- * Records start on 64-byte boundaries and never cross a slot. Each begins
+ * Records start on 64-byte boundaries (or on the larger record alignment a
+ * wire asked for, rec_align) and never cross a slot. Each begins
  * with a header (uct_remapring_ring_hdr_t, 16 bytes) whose first word, the
  * stamp, is the record's own ring offset XOR the ring's nonce; then
  * - an inline record (payload of at most inline_max bytes, for the reader to
@@ -150,7 +151,7 @@ typedef struct uct_remapring_ring_info {
     uint32_t align; /* descriptor payload alignment, power of two <= page */
     uint32_t align_offset; /* payload + align_offset is aligned */
     uint32_t commit; /* uct_remapring_ring_commit_t */
-    uint32_t reserved;
+    uint32_t rec_align; /* records start on multiples of it; 0: 64 */
 } uct_remapring_ring_info_t;
 
 
@@ -173,6 +174,8 @@ typedef struct uct_remapring_ring_layout {
     uint32_t inline_max; /* largest inline payload */
     uint32_t align; /* descriptor payload alignment (1: none) */
     uint32_t align_offset;
+    uint32_t rec_align; /* record start alignment, 64 unless a wire needs
+                           more (a power of two of at most a page) */
 } uct_remapring_ring_layout_t;
 
 
@@ -247,6 +250,7 @@ uct_remapring_ring_layout_init(uct_remapring_ring_layout_t *layout,
     layout->inline_max   = inline_max;
     layout->align        = align;
     layout->align_offset = align_offset;
+    layout->rec_align    = UCT_REMAPRING_RING_ALIGN;
 }
 
 
@@ -295,8 +299,8 @@ uct_remapring_ring_record_size(const uct_remapring_ring_layout_t *layout,
                                uint64_t offset, uint64_t length)
 {
     return ((uct_remapring_ring_payload_pos(layout, offset, length) - offset) +
-            length + UCT_REMAPRING_RING_ALIGN - 1) &
-           ~(uint64_t)(UCT_REMAPRING_RING_ALIGN - 1);
+            length + layout->rec_align - 1) &
+           ~(uint64_t)(layout->rec_align - 1);
 }
 
 
@@ -336,6 +340,7 @@ typedef struct uct_remapring_ring_params {
     unsigned inline_max; /* largest inline payload */
     unsigned align; /* descriptor payload alignment (1: none) */
     unsigned align_offset; /* see uct_remapring_ring_info_t */
+    unsigned rec_align; /* record start alignment: 64, or up to a page */
     unsigned credit_batch; /* slots credited per limit update */
     unsigned grant_min; /* slots granted while the writer is quiet, the
                            grant doubles when it runs out, up to nslots;
@@ -349,6 +354,10 @@ typedef struct uct_remapring_ring_params {
                        that writes through shared_slots and never through
                        the view */
     const char *name; /* for the log, e.g. the writer's pid; or NULL */
+    /* called after each store of a new limit, for a wire that must send
+     * it (verbs); or NULL */
+    void (*on_publish)(void *arg, uint64_t limit);
+    void *publish_arg;
 } uct_remapring_ring_params_t;
 
 
@@ -409,6 +418,8 @@ struct uct_remapring_ring {
     uint64_t seen_stalls; /* of the writer, at the last grant change */
     ucs_status_t status; /* sticky error */
     char name[48]; /* for the log */
+    void (*on_publish)(void *arg, uint64_t limit);
+    void *publish_arg;
     int waiting; /* on pool->waiters */
     ucs_list_link_t list; /* in pool->waiters */
     uct_remapring_ring_stats_t stats;

@@ -42,6 +42,9 @@ void uct_remapring_pool_params_default(uct_remapring_pool_params_t *params)
     params->max_blocks  = 4096;
     params->max_bytes   = 0;
     params->name        = "remapring-pool";
+    params->punch       = 1;
+    params->grow_cb     = NULL;
+    params->grow_arg    = NULL;
 }
 
 /* Pages counted against max_bytes: free and attached blocks whole, detached
@@ -90,6 +93,13 @@ static void uct_remapring_pool_punch(uct_remapring_pool_t *pool,
     off_t base          = (off_t)block << pool->block_shift;
     unsigned page, run, held = 0;
 
+    if (!pool->punch) {
+        /* every page stays */
+        pool->blocks[block].held_pages = pool->pages_per_block;
+        pool->stats.held_pages        += pool->pages_per_block;
+        return;
+    }
+
     for (page = 0; page < pool->pages_per_block; page += run) {
         if (map[page / 64] & UCS_BIT(page % 64)) {
             run = 1;
@@ -123,6 +133,7 @@ uct_remapring_pool_grow(uct_remapring_pool_t *pool, unsigned count)
     unsigned first = pool->nblocks;
     size_t size    = (size_t)(first + count) << pool->block_shift;
     void *addr     = uct_remapring_pool_block_addr(pool, first);
+    ucs_status_t status;
     void *ptr;
     unsigned i;
 
@@ -140,6 +151,15 @@ uct_remapring_pool_grow(uct_remapring_pool_t *pool, unsigned count)
         ucs_error("pool %p mmap of blocks %u..%u failed: %m", pool, first,
                   first + count - 1);
         return UCS_ERR_NO_MEMORY;
+    }
+
+    /* the file cannot shrink back (sealed): a failed chunk is tried again
+     * by the next growth */
+    if (pool->grow_cb != NULL) {
+        status = pool->grow_cb(pool->grow_arg, first, count, addr);
+        if (status != UCS_OK) {
+            return status;
+        }
     }
 
     /* Push in reverse so the lowest index is taken first: consecutive
@@ -216,6 +236,9 @@ uct_remapring_pool_create(const uct_remapring_pool_params_t *params,
     }
 
     pool->max_blocks       = params->max_blocks;
+    pool->punch            = params->punch;
+    pool->grow_cb          = params->grow_cb;
+    pool->grow_arg         = params->grow_arg;
     pool->grow_blocks      = params->grow_blocks;
     pool->free_head        = UCT_REMAPRING_POOL_BLOCK_NONE;
     pool->nblocks          = 0;

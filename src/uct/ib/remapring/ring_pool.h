@@ -76,6 +76,13 @@ typedef struct uct_remapring_pool_params {
     unsigned max_blocks; /* limit of blocks (address space) */
     size_t max_bytes; /* limit of memory; 0: max_blocks * B */
     const char *name; /* memfd name, for /proc/<pid>/maps */
+    int punch; /* give back the unheld pages of detached blocks; 0 where
+                  a device pins the pool's pages (they would stay its) */
+    /* called for each chunk of blocks made, before any is handed out (a
+     * device registers it); an error fails the growth. Or NULL */
+    ucs_status_t (*grow_cb)(void *arg, uint32_t first, unsigned count,
+                            void *addr);
+    void *grow_arg;
 } uct_remapring_pool_params_t;
 
 
@@ -114,6 +121,10 @@ typedef struct uct_remapring_pool {
     unsigned pages_per_block;
     unsigned map_words; /* 64-bit words of one block's page map */
     uint64_t max_pages; /* max_bytes in pages */
+    int punch;
+    ucs_status_t (*grow_cb)(void *arg, uint32_t first, unsigned count,
+                            void *addr);
+    void *grow_arg;
     uint32_t free_head; /* first free block or NONE */
     uct_remapring_pool_block_t *blocks; /* [max_blocks] */
     uint64_t *held_map; /* [max_blocks][map_words]: pages held records
