@@ -7,6 +7,9 @@
 #endif
 
 #include "remapring_ep.h"
+#ifdef HAVE_VERBS
+#include "remapring_verbs.h"
+#endif
 
 #include <ucs/debug/log.h>
 #include <ucs/debug/memtrack_int.h>
@@ -67,9 +70,10 @@ static unsigned uct_remapring_ep_err_progress(void *arg)
     uct_remapring_iface_t *iface = uct_remapring_ep_iface(ep);
     ucs_status_t peer_status     = ep->peer->status;
     const char *reason           = ep->peer->reason;
-    pid_t pid                    = ep->peer->remote.proc.pid;
+    char name[sizeof(ep->peer->name)];
     ucs_status_t status;
 
+    ucs_strncpy_zero(name, ep->peer->name, sizeof(name));
     ep->err_state = UCT_REMAPRING_EP_ERR_DELIVERED;
     --iface->tx.nerrs_queued;
     /* the handler may destroy the endpoint: nothing of it is used after */
@@ -77,7 +81,7 @@ static unsigned uct_remapring_ep_err_progress(void *arg)
                                      peer_status);
     ucs_log(uct_base_iface_failure_log_level(&iface->super, status,
                                              peer_status),
-            "remapring: ep %p to pid %d: %s (%s)", arg, pid, reason,
+            "remapring: ep %p to %s: %s (%s)", arg, name, reason,
             ucs_status_string(peer_status));
     return 1;
 }
@@ -99,8 +103,8 @@ static void uct_remapring_ep_schedule_err(uct_remapring_ep_t *ep)
 
     if (iface->super.err_handler == NULL) {
         ep->err_state = UCT_REMAPRING_EP_ERR_DELIVERED;
-        ucs_diag("remapring: ep %p to pid %d: %s, and no error handler",
-                 ep, ep->peer->remote.proc.pid, ep->peer->reason);
+        ucs_diag("remapring: ep %p to %s: %s, and no error handler",
+                 ep, ep->peer->name, ep->peer->reason);
         return;
     }
 
@@ -122,8 +126,8 @@ static void uct_remapring_ep_unblock(uct_remapring_ep_t *ep)
 /* The peer failed: every endpoint of it fails, once. Expected failures (the
  * receiver went away) are logged by the error callback at the interface's
  * failure level; the caller logs what it found wrong beyond that. */
-static void uct_remapring_peer_failed(uct_remapring_peer_t *peer,
-                                      ucs_status_t status, const char *reason)
+void uct_remapring_peer_failed(uct_remapring_peer_t *peer,
+                               ucs_status_t status, const char *reason)
 {
     uct_remapring_ep_t *ep;
 
@@ -131,8 +135,7 @@ static void uct_remapring_peer_failed(uct_remapring_peer_t *peer,
         return;
     }
 
-    ucs_debug("remapring: connection %u to pid %d failed: %s",
-              peer->remote.index, peer->remote.proc.pid, reason);
+    ucs_debug("remapring: connection to %s failed: %s", peer->name, reason);
     peer->status = status;
     peer->reason = reason;
     ucs_list_for_each(ep, &peer->eps, peer_list) {
@@ -170,9 +173,10 @@ static void uct_remapring_peer_check_state(uct_remapring_peer_t *peer)
 
 static ucs_status_t
 uct_remapring_peer_create(uct_remapring_iface_t *iface,
-                          const uct_remapring_iface_addr_t *addr,
+                          const uct_ep_params_t *params,
                           uct_remapring_peer_t **peer_p)
 {
+    const uct_remapring_iface_addr_t *addr = (const void*)params->iface_addr;
     uct_remapring_peer_t *peer;
     uct_remapring_wire_type_t wire;
     ucs_status_t status;
@@ -190,6 +194,24 @@ uct_remapring_peer_create(uct_remapring_iface_t *iface,
     peer->pool_fd = -1;
     ucs_list_head_init(&peer->eps);
 
+#ifdef HAVE_VERBS
+    if (iface->verbs != NULL) {
+        status = uct_remapring_verbs_peer_connect(peer,
+                                                  (const void*)
+                                                  params->dev_addr,
+                                                  (const void*)
+                                                  params->iface_addr);
+        if (status != UCS_OK) {
+            ucs_free(peer);
+            return status;
+        }
+
+        *peer_p = peer;
+        return UCS_OK;
+    }
+#endif
+
+    ucs_snprintf_zero(peer->name, sizeof(peer->name), "pid %d", addr->pid);
     status = uct_remapring_remote_attach(addr, &iface->watch,
                                          uct_remapring_peer_exited,
                                          &peer->remote);
@@ -256,6 +278,13 @@ static void uct_remapring_peer_destroy(uct_remapring_iface_t *iface,
     if (peer->wire != NULL) {
         uct_remapring_wire_destroy(peer->wire);
     }
+#ifdef HAVE_VERBS
+    if (peer->vconn != NULL) {
+        uct_remapring_verbs_peer_destroy(peer);
+        ucs_free(peer);
+        return;
+    }
+#endif
     if (peer->pool_fd >= 0) {
         close(peer->pool_fd);
     }
@@ -268,18 +297,27 @@ static void uct_remapring_peer_destroy(uct_remapring_iface_t *iface,
  * gets a new connection. */
 static ucs_status_t
 uct_remapring_peer_get(uct_remapring_iface_t *iface,
-                       const uct_remapring_iface_addr_t *addr,
+                       const uct_ep_params_t *params,
                        uct_remapring_peer_t **peer_p)
 {
+    const uct_remapring_iface_addr_t *addr = (const void*)params->iface_addr;
+    uint64_t iface_id;
     uct_remapring_peer_t *peer;
     ucs_status_t status;
     khiter_t iter;
     int ret;
 
-    iter = kh_get(uct_remapring_peers, &iface->tx.peers, addr->iface_id);
+#ifdef HAVE_VERBS
+    iface_id = (iface->verbs != NULL) ?
+               ((const uct_remapring_verbs_iface_addr_t*)
+                params->iface_addr)->iface_id : addr->iface_id;
+#else
+    iface_id = addr->iface_id;
+#endif
+    iter = kh_get(uct_remapring_peers, &iface->tx.peers, iface_id);
     if (iter != kh_end(&iface->tx.peers)) {
         peer = kh_val(&iface->tx.peers, iter);
-        if (peer->remote.proc.pid != addr->pid) {
+        if ((peer->vconn == NULL) && (peer->remote.proc.pid != addr->pid)) {
             ucs_error("remapring: address of pid %d names iface 0x%" PRIx64
                       " of pid %d", addr->pid, addr->iface_id,
                       peer->remote.proc.pid);
@@ -294,13 +332,12 @@ uct_remapring_peer_get(uct_remapring_iface_t *iface,
         kh_del(uct_remapring_peers, &iface->tx.peers, iter);
     }
 
-    status = uct_remapring_peer_create(iface, addr, &peer);
+    status = uct_remapring_peer_create(iface, params, &peer);
     if (status != UCS_OK) {
         return status;
     }
 
-    iter = kh_put(uct_remapring_peers, &iface->tx.peers, addr->iface_id,
-                  &ret);
+    iter = kh_put(uct_remapring_peers, &iface->tx.peers, iface_id, &ret);
     if (ret == UCS_KH_PUT_FAILED) {
         ucs_error("remapring: failed to add a peer to the hash");
         uct_remapring_peer_destroy(iface, peer);
@@ -345,6 +382,11 @@ uct_remapring_peer_connect(uct_remapring_peer_t *peer)
 
     if (peer->status != UCS_OK) {
         return peer->status;
+    }
+
+    if (peer->vconn != NULL) {
+        /* the wire comes with the connection's ESTABLISHED event */
+        return UCS_ERR_NO_RESOURCE;
     }
 
     status = uct_remapring_remote_state(&peer->remote, &reason);
@@ -400,6 +442,11 @@ uct_remapring_peer_connect(uct_remapring_peer_t *peer)
 static UCS_F_NOINLINE ucs_status_t
 uct_remapring_peer_stalled(uct_remapring_peer_t *peer)
 {
+    if (peer->vconn != NULL) {
+        /* a verbs peer hears of failures from its completions and CM */
+        return (peer->status != UCS_OK) ? peer->status : UCS_ERR_NO_RESOURCE;
+    }
+
     if (peer->status == UCS_OK) {
         uct_remapring_peer_check_state(peer);
     }
@@ -430,8 +477,8 @@ void uct_remapring_ep_cleanup_peers(uct_remapring_iface_t *iface)
     uct_remapring_peer_t *peer;
 
     kh_foreach_value(&iface->tx.peers, peer, {
-        ucs_warn("remapring: iface %p closed with endpoints to pid %d",
-                 iface, peer->remote.proc.pid);
+        ucs_warn("remapring: iface %p closed with endpoints to %s", iface,
+                 peer->name);
     })
 }
 
@@ -447,13 +494,16 @@ static UCS_CLASS_INIT_FUNC(uct_remapring_ep_t, const uct_ep_params_t *params)
     UCT_EP_PARAMS_CHECK_DEV_IFACE_ADDRS(params);
     UCS_CLASS_CALL_SUPER_INIT(uct_base_ep_t, &iface->super);
 
-    addr   = (const uct_remapring_iface_addr_t*)params->iface_addr;
-    status = uct_remapring_iface_check_peer(iface, addr, UCS_LOG_LEVEL_ERROR);
-    if (status != UCS_OK) {
-        return status;
+    addr = (const uct_remapring_iface_addr_t*)params->iface_addr;
+    if (iface->verbs == NULL) {
+        status = uct_remapring_iface_check_peer(iface, addr,
+                                                UCS_LOG_LEVEL_ERROR);
+        if (status != UCS_OK) {
+            return status;
+        }
     }
 
-    status = uct_remapring_peer_get(iface, addr, &self->peer);
+    status = uct_remapring_peer_get(iface, params, &self->peer);
     if (status != UCS_OK) {
         return status;
     }
@@ -462,8 +512,8 @@ static UCS_CLASS_INIT_FUNC(uct_remapring_ep_t, const uct_ep_params_t *params)
     self->err_state = UCT_REMAPRING_EP_ERR_NONE;
     ucs_arbiter_group_init(&self->arb_group);
     ucs_list_add_tail(&self->peer->eps, &self->peer_list);
-    ucs_debug("remapring: ep %p to pid %d connection %u", self,
-              addr->pid, self->peer->remote.index);
+    ucs_debug("remapring: ep %p to %s connection %u", self,
+              self->peer->name, self->peer->remote.index);
     return UCS_OK;
 }
 
@@ -533,7 +583,10 @@ uct_remapring_ep_send(uct_remapring_iface_t *iface, uct_remapring_ep_t *ep,
 
     status = uct_remapring_ring_writer_send(&peer->writer, id, 0, iov, iovcnt);
     if (ucs_likely(status == UCS_OK)) {
-        uct_remapring_remote_ring_bell(&peer->remote);
+        /* the verbs wire's immediate is its doorbell */
+        if (ucs_likely(peer->vconn == NULL)) {
+            uct_remapring_remote_ring_bell(&peer->remote);
+        }
         return UCS_OK;
     } else if (status == UCS_ERR_NO_RESOURCE) {
         return uct_remapring_peer_stalled(peer);
@@ -927,6 +980,15 @@ static int uct_remapring_ep_can_send(uct_remapring_ep_t *ep, size_t length)
         length = uct_remapring_ring_writer_max_payload(&peer->writer);
     }
 
+#ifdef HAVE_VERBS
+    /* the verbs wire also needs send requests and staging room, freed by
+     * completions only */
+    if ((peer->vconn != NULL) &&
+        !uct_remapring_verbs_peer_can_post(peer, length)) {
+        return 0;
+    }
+#endif
+
     if (uct_remapring_ring_writer_can_send(&peer->writer, length)) {
         return 1;
     }
@@ -1076,6 +1138,11 @@ ucs_status_t uct_remapring_ep_check(uct_ep_h tl_ep, unsigned flags,
     uct_remapring_peer_t *peer = ep->peer;
 
     UCT_EP_KEEPALIVE_CHECK_PARAM(flags, comp);
+    if (peer->vconn != NULL) {
+        /* the connection manager and the completions see a failure */
+        return UCS_OK;
+    }
+
     if (peer->status == UCS_OK) {
         uct_remapring_peer_check_state(peer);
     }

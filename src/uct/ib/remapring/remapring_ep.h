@@ -28,6 +28,8 @@ struct uct_remapring_peer {
     const char                  *reason;  /* what failed */
     unsigned                    stalls;   /* sends refused for credit */
     ucs_list_link_t             eps;      /* endpoints using it */
+    struct uct_remapring_vconn  *vconn;   /* verbs wire: its connection */
+    char                        name[64]; /* the receiver, for the log */
 };
 
 
@@ -123,6 +125,13 @@ ucs_status_t uct_remapring_ep_flush(uct_ep_h tl_ep, unsigned flags,
 /** Keepalive: fails the peer if the receiver or its interface is gone. */
 ucs_status_t uct_remapring_ep_check(uct_ep_h tl_ep, unsigned flags,
                                     uct_completion_t *comp);
+
+/**
+ * The peer failed: every endpoint of it fails, once, and has the
+ * interface's error handler called from progress. @a reason says why.
+ */
+void uct_remapring_peer_failed(uct_remapring_peer_t *peer,
+                               ucs_status_t status, const char *reason);
 
 /**
  * Send-side progress: reschedule endpoints whose ring got credit back and

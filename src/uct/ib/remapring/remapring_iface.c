@@ -9,6 +9,9 @@
 #include "remapring_iface.h"
 
 #include "remapring_ep.h"
+#ifdef HAVE_VERBS
+#include "remapring_verbs.h"
+#endif
 
 #include <ucs/arch/atomic.h>
 #include <ucs/arch/cpu.h>
@@ -24,6 +27,13 @@
 
 #include <unistd.h>
 
+
+static const char *uct_remapring_verbs_mode_names[] = {
+    [UCT_REMAPRING_VERBS_MODE_AUTO]   = "auto",
+    [UCT_REMAPRING_VERBS_MODE_ODP]    = "odp",
+    [UCT_REMAPRING_VERBS_MODE_PINNED] = "pinned",
+    [UCT_REMAPRING_VERBS_MODE_LAST]   = NULL
+};
 
 static const char *uct_remapring_wire_names[] = {
     [UCT_REMAPRING_WIRE_SHM]  = "shm",
@@ -165,6 +175,43 @@ static ucs_config_field_t uct_remapring_iface_config_table[] = {
      ucs_offsetof(uct_remapring_iface_config_t, overhead),
      UCS_CONFIG_TYPE_TIME_UNITS},
 
+    {"VERBS_MODE", "auto",
+     "How a receiver on a verbs device places the ring its senders write:\n"
+     " odp    - the ring view is registered with explicit On-Demand Paging:\n"
+     "          a block remapped under a slot is followed by the device.\n"
+     " pinned - the pool is registered (pinned) as it grows; each credit\n"
+     "          tells the sender which block backs each slot it grants.\n"
+     " auto   - odp where the device reports it for RC WRITE, else pinned.",
+     ucs_offsetof(uct_remapring_iface_config_t, verbs_mode),
+     UCS_CONFIG_TYPE_ENUM(uct_remapring_verbs_mode_names)},
+
+    {"VERBS_SQ_SIZE", "256",
+     "Send queue of each RC connection on a verbs device: requests a sender\n"
+     "may have in flight to one receiver. Between 16 and 16384.",
+     ucs_offsetof(uct_remapring_iface_config_t, verbs_sq_size),
+     UCS_CONFIG_TYPE_UINT},
+
+    {"VERBS_SRQ_SIZE", "1024",
+     "Receive requests an interface on a verbs device keeps posted, shared\n"
+     "by all its connections: one is taken by each record's immediate.\n"
+     "Between 64 and 65536.",
+     ucs_offsetof(uct_remapring_iface_config_t, verbs_srq_size),
+     UCS_CONFIG_TYPE_UINT},
+
+    {"VERBS_STAGING", "auto",
+     "Registered buffer a sender on a verbs device copies each record into\n"
+     "before the device writes it, per connection. auto: RING_SLOTS *\n"
+     "BLOCK_SIZE; at least 2 * BLOCK_SIZE.",
+     ucs_offsetof(uct_remapring_iface_config_t, verbs_staging),
+     UCS_CONFIG_TYPE_MEMUNITS},
+
+    {"VERBS_TIMEOUT", "18",
+     "ACK timeout of the RC QPs, as the exponent of 4.096 us (18: about 1 s),\n"
+     "retried 7 times. A peer process that exits is seen at once (its kernel\n"
+     "disconnects); a peer host that stops answering after the retries.",
+     ucs_offsetof(uct_remapring_iface_config_t, verbs_timeout),
+     UCS_CONFIG_TYPE_UINT},
+
     {NULL}
 };
 /* clang-format on */
@@ -256,6 +303,33 @@ uct_remapring_iface_config_check(const uct_remapring_iface_config_t *config)
         return UCS_ERR_INVALID_PARAM;
     }
 
+    if ((config->verbs_sq_size < 16) || (config->verbs_sq_size > 16384)) {
+        ucs_error("remapring: UCX_REMAPRING_VERBS_SQ_SIZE=%u must be between"
+                  " 16 and 16384", config->verbs_sq_size);
+        return UCS_ERR_INVALID_PARAM;
+    }
+
+    if ((config->verbs_srq_size < 64) || (config->verbs_srq_size > 65536)) {
+        ucs_error("remapring: UCX_REMAPRING_VERBS_SRQ_SIZE=%u must be between"
+                  " 64 and 65536", config->verbs_srq_size);
+        return UCS_ERR_INVALID_PARAM;
+    }
+
+    if ((config->verbs_staging != UCS_MEMUNITS_AUTO) &&
+        ((config->verbs_staging == UCS_MEMUNITS_INF) ||
+         (config->verbs_staging < 2 * config->block_size))) {
+        ucs_error("remapring: UCX_REMAPRING_VERBS_STAGING=%zu must be at"
+                  " least 2 * BLOCK_SIZE (%zu), or auto",
+                  config->verbs_staging, 2 * config->block_size);
+        return UCS_ERR_INVALID_PARAM;
+    }
+
+    if (config->verbs_timeout > 31) {
+        ucs_error("remapring: UCX_REMAPRING_VERBS_TIMEOUT=%u must be at most"
+                  " 31", config->verbs_timeout);
+        return UCS_ERR_INVALID_PARAM;
+    }
+
     return UCS_OK;
 }
 
@@ -281,6 +355,13 @@ uct_remapring_query_tl_devices(uct_md_h md,
                                uct_tl_device_resource_t **tl_devices_p,
                                unsigned *num_tl_devices_p)
 {
+#ifdef HAVE_VERBS
+    if (uct_remapring_md_is_verbs(md)) {
+        return uct_remapring_verbs_query_tl_devices(md, tl_devices_p,
+                                                    num_tl_devices_p);
+    }
+#endif
+
     return uct_single_device_resource(md, UCT_REMAPRING_DEVICE_NAME,
                                       UCT_DEVICE_TYPE_SHM,
                                       UCS_SYS_DEVICE_ID_UNKNOWN, tl_devices_p,
@@ -715,13 +796,10 @@ uct_remapring_rx_pool_pressed(uct_remapring_iface_t *iface)
            uct_remapring_pool_attached(iface->rx.pool);
 }
 
-/* Deliver up to a burst of records from one connection's ring */
-static unsigned uct_remapring_rx_conn_poll(uct_remapring_iface_t *iface,
-                                           unsigned index)
+unsigned uct_remapring_iface_rx_ring(uct_remapring_iface_t *iface,
+                                     uct_remapring_ring_t *ring,
+                                     int *failed_p)
 {
-    uct_remapring_rx_conn_t *rx_conn = &iface->rx.rx_conns[index];
-    uct_remapring_conn_t *conn       = &iface->rx.ctl.conns[index];
-    uct_remapring_ring_t *ring       = rx_conn->ring;
     uct_remapring_ring_rx_t rx;
     ucs_status_t status;
     unsigned count;
@@ -731,11 +809,13 @@ static unsigned uct_remapring_rx_conn_poll(uct_remapring_iface_t *iface,
         if (status == UCS_ERR_NO_PROGRESS) {
             break;
         } else if (ucs_unlikely(status != UCS_OK)) {
-            uct_remapring_rx_conn_fail(iface, index, NULL); /* logged */
-            return count;
+            *failed_p = 1; /* logged */
+            break;
         } else if (ucs_unlikely(rx.am_id >= UCT_AM_ID_MAX)) {
-            uct_remapring_rx_conn_fail(iface, index, "bad active message id");
-            return count;
+            ucs_error("remapring: ring %s: bad active message id %u",
+                      ring->name, rx.am_id);
+            *failed_p = 1;
+            break;
         }
 
         uct_iface_trace_am(&iface->super, UCT_AM_TRACE_TYPE_RECV, rx.am_id,
@@ -760,6 +840,25 @@ static unsigned uct_remapring_rx_conn_poll(uct_remapring_iface_t *iface,
         status = uct_iface_invoke_am(&iface->super, rx.am_id, rx.payload,
                                      rx.length, UCT_CB_PARAM_FLAG_DESC);
         uct_remapring_ring_consume(ring, &rx, status == UCS_INPROGRESS);
+    }
+
+    return count;
+}
+
+/* Deliver up to a burst of records from one connection's ring */
+static unsigned uct_remapring_rx_conn_poll(uct_remapring_iface_t *iface,
+                                           unsigned index)
+{
+    uct_remapring_rx_conn_t *rx_conn = &iface->rx.rx_conns[index];
+    uct_remapring_conn_t *conn       = &iface->rx.ctl.conns[index];
+    uct_remapring_ring_t *ring       = rx_conn->ring;
+    unsigned count;
+    int failed = 0;
+
+    count = uct_remapring_iface_rx_ring(iface, ring, &failed);
+    if (ucs_unlikely(failed)) {
+        uct_remapring_rx_conn_fail(iface, index, NULL); /* logged */
+        return count;
     }
 
     if (count == UCT_REMAPRING_RX_BURST) {
@@ -903,6 +1002,46 @@ static uct_iface_ops_t uct_remapring_iface_tl_ops = {
     .iface_is_reachable       = uct_remapring_iface_is_reachable,
 };
 
+#ifdef HAVE_VERBS
+/* The verbs wire: active messages through the same ring writer, RDMA for
+ * the rest, progress from its CQ */
+static uct_iface_ops_t uct_remapring_verbs_iface_tl_ops = {
+    .ep_am_short              = uct_remapring_ep_am_short,
+    .ep_am_short_iov          = uct_remapring_ep_am_short_iov,
+    .ep_am_bcopy              = uct_remapring_ep_am_bcopy,
+    .ep_am_zcopy              = uct_remapring_ep_am_zcopy,
+    .ep_put_short             = uct_remapring_verbs_ep_put_short,
+    .ep_put_bcopy             = uct_remapring_verbs_ep_put_bcopy,
+    .ep_put_zcopy             = uct_remapring_verbs_ep_put_zcopy,
+    .ep_get_short             = (uct_ep_get_short_func_t)
+                                ucs_empty_function_return_unsupported,
+    .ep_get_bcopy             = uct_remapring_verbs_ep_get_bcopy,
+    .ep_get_zcopy             = uct_remapring_verbs_ep_get_zcopy,
+    .ep_pending_add           = uct_remapring_ep_pending_add,
+    .ep_pending_purge         = uct_remapring_ep_pending_purge,
+    .ep_flush                 = uct_remapring_verbs_ep_flush,
+    .ep_fence                 = uct_base_ep_fence,
+    .ep_check                 = uct_remapring_verbs_ep_check,
+    .ep_create                = UCS_CLASS_NEW_FUNC_NAME(uct_remapring_ep_t),
+    .ep_destroy               = UCS_CLASS_DELETE_FUNC_NAME(uct_remapring_ep_t),
+    .iface_flush              = uct_remapring_verbs_iface_flush,
+    .iface_fence              = uct_base_iface_fence,
+    .iface_progress_enable    = uct_base_iface_progress_enable,
+    .iface_progress_disable   = uct_base_iface_progress_disable,
+    .iface_progress           = uct_remapring_verbs_iface_progress,
+    .iface_event_fd_get       = (uct_iface_event_fd_get_func_t)
+                                ucs_empty_function_return_unsupported,
+    .iface_event_arm          = (uct_iface_event_arm_func_t)
+                                ucs_empty_function_return_unsupported,
+    .iface_close              = UCS_CLASS_DELETE_FUNC_NAME(
+                                        uct_remapring_iface_t),
+    .iface_query              = uct_remapring_verbs_iface_query,
+    .iface_get_address        = uct_remapring_verbs_iface_get_address,
+    .iface_get_device_address = uct_remapring_verbs_iface_get_device_address,
+    .iface_is_reachable       = uct_remapring_verbs_iface_is_reachable,
+};
+#endif
+
 static uct_iface_internal_ops_t uct_remapring_iface_internal_ops = {
     .iface_estimate_perf = uct_base_iface_estimate_perf,
     .iface_vfs_refresh   = (uct_iface_vfs_refresh_func_t)ucs_empty_function,
@@ -975,6 +1114,7 @@ static UCS_CLASS_INIT_FUNC(uct_remapring_iface_t, uct_md_h md,
 {
     const uct_remapring_iface_config_t *config =
             ucs_derived_of(tl_config, uct_remapring_iface_config_t);
+    uct_iface_ops_t *ops = &uct_remapring_iface_tl_ops;
     uct_remapring_pool_params_t pool_params;
     uct_remapring_ctl_params_t ctl_params;
     uct_remapring_ring_layout_t layout;
@@ -1002,7 +1142,13 @@ static UCS_CLASS_INIT_FUNC(uct_remapring_iface_t, uct_md_h md,
         return status;
     }
 
-    UCS_CLASS_CALL_SUPER_INIT(uct_base_iface_t, &uct_remapring_iface_tl_ops,
+#ifdef HAVE_VERBS
+    if (uct_remapring_md_is_verbs(md)) {
+        ops = &uct_remapring_verbs_iface_tl_ops;
+    }
+#endif
+
+    UCS_CLASS_CALL_SUPER_INIT(uct_base_iface_t, ops,
                               &uct_remapring_iface_internal_ops, md, worker,
                               params, tl_config UCS_STATS_ARG(
                                       (params->field_mask &
@@ -1083,22 +1229,37 @@ static UCS_CLASS_INIT_FUNC(uct_remapring_iface_t, uct_md_h md,
                                       pool_params.max_blocks);
     pool_params.grow_blocks = config->ring_slots;
     pool_params.name        = "remapring-pool";
+    self->verbs             = NULL;
+#ifdef HAVE_VERBS
+    if (ops == &uct_remapring_verbs_iface_tl_ops) {
+        status = uct_remapring_verbs_iface_init(self,
+                                                params->mode.device.dev_name,
+                                                config, &pool_params);
+        if (status != UCS_OK) {
+            goto err_watch;
+        }
+    }
+#endif
+
     status = uct_remapring_pool_create(&pool_params, &self->rx.pool);
     if (status != UCS_OK) {
-        goto err_watch;
+        goto err_verbs;
     }
 
-    self->rx.rx_conns = ucs_calloc(config->max_peers,
+    /* a verbs interface's connections come from its connection manager */
+    self->rx.rx_conns = (self->verbs != NULL) ? NULL :
+                        ucs_calloc(config->max_peers,
                                    sizeof(*self->rx.rx_conns),
                                    "remapring_rx_conns");
-    if (self->rx.rx_conns == NULL) {
+    if ((self->verbs == NULL) && (self->rx.rx_conns == NULL)) {
         ucs_error("remapring: failed to allocate %u connections",
                   config->max_peers);
         status = UCS_ERR_NO_MEMORY;
         goto err_pool;
     }
 
-    for (index = 0; index < config->max_peers; ++index) {
+    for (index = 0; (self->verbs == NULL) && (index < config->max_peers);
+         ++index) {
         self->rx.rx_conns[index].iface        = self;
         self->rx.rx_conns[index].sender.pidfd = -1;
     }
@@ -1110,6 +1271,17 @@ static UCS_CLASS_INIT_FUNC(uct_remapring_iface_t, uct_md_h md,
         status = UCS_ERR_NO_MEMORY;
         goto err_conns;
     }
+
+#ifdef HAVE_VERBS
+    if (self->verbs != NULL) {
+        self->rx.ctl.max_peers = 0;
+        status                 = uct_remapring_verbs_iface_listen(self);
+        if (status != UCS_OK) {
+            goto err_bounce;
+        }
+        return UCS_OK;
+    }
+#endif
 
     ctl_params.max_peers   = config->max_peers;
     ctl_params.ring_slots  = config->ring_slots;
@@ -1134,7 +1306,13 @@ err_conns:
     ucs_free(self->rx.rx_conns);
 err_pool:
     uct_remapring_pool_destroy(self->rx.pool);
+err_verbs:
+#ifdef HAVE_VERBS
+    if (self->verbs != NULL) {
+        uct_remapring_verbs_iface_cleanup(self);
+    }
 err_watch:
+#endif
     uct_remapring_watch_cleanup(&self->watch);
 err_arbiter:
     kh_destroy_inplace(uct_remapring_peers, &self->tx.peers);
@@ -1150,10 +1328,18 @@ static UCS_CLASS_CLEANUP_FUNC(uct_remapring_iface_t)
                                     UCT_PROGRESS_SEND | UCT_PROGRESS_RECV);
     uct_remapring_ep_cleanup_peers(self);
 
-    /* senders see the interface closed; then the rings go */
-    uct_remapring_ctl_destroy(&self->rx.ctl);
-    for (index = 0; index < self->rx.ctl.max_peers; ++index) {
-        uct_remapring_rx_conn_reset(self, &self->rx.rx_conns[index]);
+#ifdef HAVE_VERBS
+    if (self->verbs != NULL) {
+        /* the rings and the registrations of the pool go before it */
+        uct_remapring_verbs_iface_cleanup(self);
+    } else
+#endif
+    {
+        /* senders see the interface closed; then the rings go */
+        uct_remapring_ctl_destroy(&self->rx.ctl);
+        for (index = 0; index < self->rx.ctl.max_peers; ++index) {
+            uct_remapring_rx_conn_reset(self, &self->rx.rx_conns[index]);
+        }
     }
 
     ucs_free(self->tx.bounce);

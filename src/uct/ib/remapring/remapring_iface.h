@@ -15,6 +15,17 @@
 #include <ucs/datastruct/list.h>
 
 
+/**
+ * How the ring is placed in a receiver's memory on a verbs device.
+ */
+typedef enum {
+    UCT_REMAPRING_VERBS_MODE_AUTO,   /* odp if the device has it */
+    UCT_REMAPRING_VERBS_MODE_ODP,
+    UCT_REMAPRING_VERBS_MODE_PINNED,
+    UCT_REMAPRING_VERBS_MODE_LAST
+} uct_remapring_verbs_mode_t;
+
+
 /** The one device the transport offers: this host's memory. */
 #define UCT_REMAPRING_DEVICE_NAME "memory"
 
@@ -46,6 +57,11 @@ typedef struct uct_remapring_iface_config {
     double                    bandwidth;    /* reported to UCP, or auto */
     ucs_time_t                latency;      /* reported to UCP, or auto */
     ucs_time_t                overhead;     /* reported to UCP, or auto */
+    int                       verbs_mode;   /* uct_remapring_verbs_mode_t */
+    unsigned                  verbs_sq_size;
+    unsigned                  verbs_srq_size;
+    size_t                    verbs_staging;
+    unsigned                  verbs_timeout;
 } uct_remapring_iface_config_t;
 
 
@@ -81,6 +97,7 @@ KHASH_MAP_INIT_INT64(uct_remapring_peers, uct_remapring_peer_t*);
 struct uct_remapring_iface {
     uct_base_iface_t             super;
     uint64_t                     id;
+    struct uct_remapring_verbs_iface *verbs;  /* verbs wire, or NULL */
     uct_remapring_watch_t        watch;      /* processes of both sides */
     unsigned                     progress_calls; /* since the last checks */
     struct {
@@ -118,6 +135,15 @@ struct uct_remapring_iface {
     } perf;
 };
 
+
+/**
+ * Deliver up to a burst of records of @a ring to the active message
+ * handlers. Sets @a *failed_p (and logs) if the ring went bad, or its
+ * sender sent an AM id out of range.
+ */
+unsigned uct_remapring_iface_rx_ring(uct_remapring_iface_t *iface,
+                                     uct_remapring_ring_t *ring,
+                                     int *failed_p);
 
 /**
  * Check a transport configuration; logs and returns UCS_ERR_INVALID_PARAM

@@ -11,6 +11,9 @@
 #endif
 
 #include "remapring_md.h"
+#ifdef HAVE_VERBS
+#include "remapring_verbs.h"
+#endif
 
 #include <ucs/debug/log.h>
 #include <ucs/debug/memtrack_int.h>
@@ -128,12 +131,20 @@ uct_remapring_query_md_resources(uct_component_t *component,
                                  uct_md_resource_desc_t **resources_p,
                                  unsigned *num_resources_p)
 {
-    if (!uct_remapring_md_host_supported()) {
-        return uct_md_query_empty_md_resource(resources_p, num_resources_p);
-    }
+    ucs_status_t status;
 
-    return uct_md_query_single_md_resource(component, resources_p,
-                                           num_resources_p);
+    status = uct_remapring_md_host_supported() ?
+             uct_md_query_single_md_resource(component, resources_p,
+                                             num_resources_p) :
+             uct_md_query_empty_md_resource(resources_p, num_resources_p);
+#ifdef HAVE_VERBS
+    if (status == UCS_OK) {
+        /* and each verbs device that has an IP address */
+        status = uct_remapring_verbs_query_md_resources(resources_p,
+                                                        num_resources_p);
+    }
+#endif
+    return status;
 }
 
 static ucs_status_t uct_remapring_md_query(uct_md_h uct_md,
@@ -379,6 +390,15 @@ uct_remapring_rkey_unpack(uct_component_t *component, const void *rkey_buffer,
                           uct_rkey_t *rkey_p, void **handle_p)
 {
     uct_remapring_rkey_t *rkey;
+#ifdef HAVE_VERBS
+    ucs_status_t status;
+
+    status = uct_remapring_verbs_rkey_unpack(rkey_buffer, rkey_p);
+    if (status != UCS_ERR_NO_ELEM) {
+        *handle_p = NULL;
+        return status;
+    }
+#endif
 
     rkey = ucs_malloc(sizeof(*rkey), "uct_remapring_rkey_t");
     if (rkey == NULL) {
@@ -444,6 +464,12 @@ uct_remapring_md_open(uct_component_t *component, const char *md_name,
     };
     /* clang-format on */
     uct_remapring_md_t *md;
+
+#ifdef HAVE_VERBS
+    if (strcmp(md_name, UCT_REMAPRING_NAME)) {
+        return uct_remapring_verbs_md_open(component, md_name, config, md_p);
+    }
+#endif
 
     md = ucs_calloc(1, sizeof(*md), "uct_remapring_md_t");
     if (md == NULL) {

@@ -27,6 +27,7 @@ typedef struct uct_remapring_md_config {
  */
 typedef struct uct_remapring_md {
     uct_md_t       super;
+    struct uct_remapring_verbs_dev *verbs; /* a verbs device's, or NULL */
     int            use_memcache;
     int            in_use;   /* an endpoint or a ring of ours exists */
     ucs_memcache_t *memcache; /* made on the first registration in use */
@@ -56,6 +57,7 @@ typedef struct uct_remapring_memh {
     size_t                length;
     ucs_memcache_region_t *region;    /* NULL when not cached */
     int                   allocated; /* by mem_alloc: munmap at free */
+    struct ibv_mr         *mr;       /* verbs memory domain's */
 } uct_remapring_memh_t;
 
 

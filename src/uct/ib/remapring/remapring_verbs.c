@@ -1,0 +1,2336 @@
+/**
+ * Copyright (c) remapring contributors. See file LICENSE for terms.
+ */
+
+#ifdef HAVE_CONFIG_H
+#include "config.h"
+#endif
+
+#ifndef _GNU_SOURCE
+#define _GNU_SOURCE
+#endif
+
+#include "remapring_verbs.h"
+
+#include "remapring_ep.h"
+
+#include <ucs/arch/bitops.h>
+#include <ucs/debug/log.h>
+#include <ucs/debug/memtrack_int.h>
+#include <ucs/sys/math.h>
+#include <ucs/sys/string.h>
+#include <ucs/sys/sys.h>
+#include <ucs/time/time.h>
+#include <uct/base/uct_iface.h>
+
+#include <arpa/inet.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <string.h>
+#include <sys/mman.h>
+
+
+/* Completions taken from the CQ per poll */
+#define UCT_REMAPRING_VERBS_POLL_BATCH   16
+/* Progress calls between two looks at the connection manager's channel */
+#define UCT_REMAPRING_VERBS_CM_PERIOD    64
+/* rdma_cm address and route resolution, milliseconds */
+#define UCT_REMAPRING_VERBS_RESOLVE_MS   5000
+/* wr_id of receive requests, and of unsignaled sends (never reported) */
+#define UCT_REMAPRING_VERBS_WR_RECV      UINT64_MAX
+#define UCT_REMAPRING_VERBS_WR_NONE      (UINT64_MAX - 1)
+/* CQ entries beyond the SRQ's, per QP: its signaled requests */
+#define UCT_REMAPRING_VERBS_STAGING_ALIGN 64
+
+/* What the interface reports to UCP when BW, LATENCY and OVERHEAD are auto:
+ * a NIC's, the link's speed measured from the port */
+#define UCT_REMAPRING_VERBS_LAT_US       2.0
+#define UCT_REMAPRING_VERBS_OVH_US       0.5
+
+
+static ucs_status_t uct_remapring_vconn_send_credit(uct_remapring_vconn_t *vconn);
+static void uct_remapring_verbs_poll_cq(uct_remapring_iface_t *iface);
+
+
+static inline uct_remapring_verbs_iface_t *
+uct_remapring_verbs(const uct_remapring_iface_t *iface)
+{
+    return iface->verbs;
+}
+
+static const char *uct_remapring_verbs_mode_str(uct_remapring_verbs_mode_t mode)
+{
+    return (mode == UCT_REMAPRING_VERBS_MODE_ODP) ? "odp" : "pinned";
+}
+
+/* "10.0.3.2:4791" */
+static void uct_remapring_verbs_addr_str(const struct sockaddr *sa, char *buf,
+                                         size_t max)
+{
+    char ip[INET6_ADDRSTRLEN] = "?";
+    uint16_t port             = 0;
+
+    if (sa->sa_family == AF_INET) {
+        inet_ntop(AF_INET, &((const struct sockaddr_in*)sa)->sin_addr, ip,
+                  sizeof(ip));
+        port = ntohs(((const struct sockaddr_in*)sa)->sin_port);
+    } else if (sa->sa_family == AF_INET6) {
+        inet_ntop(AF_INET6, &((const struct sockaddr_in6*)sa)->sin6_addr, ip,
+                  sizeof(ip));
+        port = ntohs(((const struct sockaddr_in6*)sa)->sin6_port);
+    }
+
+    ucs_snprintf_zero(buf, max, "%s:%u", ip, port);
+}
+
+
+/* -------------------------------------------------------------- requests */
+
+/*
+ * Every send request of a connection goes through here. Unsignaled ones
+ * complete with the next signaled one (RC completes in order): a signaled
+ * request takes an entry of the connection's op FIFO, which says how many
+ * requests it frees and up to where the staging buffer may be reused.
+ */
+static ucs_status_t
+uct_remapring_vconn_post(uct_remapring_vconn_t *vconn,
+                         struct ibv_send_wr *wr, int signal,
+                         uint64_t staging_end, uct_completion_t *comp,
+                         uct_remapring_verbs_op_t **op_p)
+{
+    uct_remapring_verbs_iface_t *verbs = uct_remapring_verbs(vconn->iface);
+    uct_remapring_verbs_op_t *op       = NULL;
+    struct ibv_send_wr *bad_wr;
+    unsigned index = 0;
+    int ret;
+
+    if (vconn->sq_avail == 0) {
+        return UCS_ERR_NO_RESOURCE;
+    }
+
+    /* a full queue must keep one signaled request in flight */
+    signal = signal || (comp != NULL) ||
+             (vconn->unsignaled + 1 >= verbs->sig_every) ||
+             (vconn->sq_avail <= verbs->sig_every);
+    wr->next = NULL;
+    if (signal) {
+        index          = (vconn->ops_head + vconn->ops_count) %
+                         verbs->sq_size;
+        op             = &vconn->ops[index];
+        memset(op, 0, sizeof(*op));
+        op->nwr         = vconn->unsignaled + 1;
+        op->staging_end = staging_end;
+        op->comp        = comp;
+        wr->wr_id       = index;
+        wr->send_flags |= IBV_SEND_SIGNALED;
+    } else {
+        wr->wr_id = UCT_REMAPRING_VERBS_WR_NONE;
+    }
+
+    ret = ibv_post_send(vconn->qp, wr, &bad_wr);
+    if (ret != 0) {
+        ucs_error("remapring: ibv_post_send to %s failed: %s", vconn->name,
+                  strerror(ret));
+        return UCS_ERR_IO_ERROR;
+    }
+
+    --vconn->sq_avail;
+    if (signal) {
+        ++vconn->ops_count;
+        vconn->unsignaled = 0;
+    } else {
+        ++vconn->unsignaled;
+    }
+
+    if (op_p != NULL) {
+        *op_p = op;
+    }
+    return UCS_OK;
+}
+
+/* @a length bytes of staging buffer, 64-byte aligned, or NULL if the
+ * requests that read it have not completed yet */
+static void *uct_remapring_vconn_staging(uct_remapring_vconn_t *vconn,
+                                         size_t length, uint64_t *pos_p)
+{
+    uint64_t head = vconn->staging_head;
+    size_t offset = head & (vconn->staging_size - 1);
+
+    length = ucs_align_up_pow2(ucs_max(length, (size_t)1),
+                               UCT_REMAPRING_VERBS_STAGING_ALIGN);
+    if (offset + length > vconn->staging_size) {
+        head += vconn->staging_size - offset; /* never across the end */
+    }
+
+    if ((length > vconn->staging_size) ||
+        (head + length - vconn->staging_tail > vconn->staging_size)) {
+        return NULL;
+    }
+
+    *pos_p              = head;
+    vconn->staging_head = head + length;
+    return vconn->staging + (head & (vconn->staging_size - 1));
+}
+
+int uct_remapring_verbs_peer_can_post(const uct_remapring_peer_t *peer,
+                                      size_t length)
+{
+    const uct_remapring_vconn_t *vconn = peer->vconn;
+    size_t align  = vconn->rep.rec_align ? vconn->rep.rec_align :
+                    UCT_REMAPRING_RING_ALIGN;
+    size_t needed = ucs_align_up_pow2(length + 2 * align,
+                                      UCT_REMAPRING_VERBS_STAGING_ALIGN);
+    size_t offset = vconn->staging_head & (vconn->staging_size - 1);
+
+    /* two runs, and the room lost where a run would cross the end */
+    if (offset + needed > vconn->staging_size) {
+        needed += vconn->staging_size - offset;
+    }
+
+    return (vconn->state == UCT_REMAPRING_VCONN_READY) &&
+           (vconn->sq_avail >= 3) &&
+           (ucs_min(needed, vconn->staging_size) <=
+            vconn->staging_size - (vconn->staging_head - vconn->staging_tail));
+}
+
+static void uct_remapring_verbs_sge(struct ibv_sge *sge, void *addr,
+                                    uint32_t length, uint32_t lkey)
+{
+    sge->addr   = (uintptr_t)addr;
+    sge->length = length;
+    sge->lkey   = lkey;
+}
+
+/* A signaled request completed: the ones before it too */
+static void uct_remapring_vconn_op_done(uct_remapring_vconn_t *vconn,
+                                        uint64_t wr_id, ucs_status_t status)
+{
+    uct_remapring_verbs_iface_t *verbs = uct_remapring_verbs(vconn->iface);
+    uct_remapring_verbs_op_t *op;
+
+    if ((vconn->ops_count == 0) || (wr_id != vconn->ops_head)) {
+        ucs_error("remapring: completion %" PRIu64 " of %s out of order"
+                  " (expected %u of %u)", wr_id, vconn->name, vconn->ops_head,
+                  vconn->ops_count);
+        return;
+    }
+
+    op              = &vconn->ops[vconn->ops_head];
+    vconn->ops_head = (vconn->ops_head + 1) % verbs->sq_size;
+    --vconn->ops_count;
+    vconn->sq_avail += op->nwr;
+    if (op->staging_end > vconn->staging_tail) {
+        vconn->staging_tail = op->staging_end;
+    }
+
+    if ((status == UCS_OK) && (op->unpack_cb != NULL)) {
+        op->unpack_cb(op->unpack_arg, op->unpack_data, op->unpack_length);
+    }
+
+    if (op->comp != NULL) {
+        uct_invoke_completion(op->comp, status);
+    }
+}
+
+
+/* ---------------------------------------------------------- the wire */
+
+/*
+ * The verbs wire behind the ring writer (ring_wire.h). write() copies the
+ * segments of a send into the staging buffer, one run per slot (a PAD
+ * record, then the record), and posts all runs but the last; publish_tail()
+ * posts the last one with the new tail as its immediate.
+ */
+typedef struct uct_remapring_vwire {
+    uct_remapring_wire_t  super;
+    uct_remapring_vconn_t *vconn;
+} uct_remapring_vwire_t;
+
+/* Where ring offset @a offset is in the receiver's memory */
+static void uct_remapring_vconn_remote(const uct_remapring_vconn_t *vconn,
+                                       uint64_t offset, uint64_t *addr_p,
+                                       uint32_t *rkey_p)
+{
+    const uct_remapring_verbs_slot_t *slot;
+    size_t window = (size_t)vconn->rep.block_size * vconn->rep.nslots;
+
+    if (!vconn->pinned) {
+        *addr_p = vconn->view_addr + (offset & (window - 1));
+        *rkey_p = vconn->view_rkey;
+        return;
+    }
+
+    slot    = &vconn->table[(offset >> vconn->block_shift) &
+                            (vconn->rep.nslots - 1)];
+    *addr_p = slot->addr + (offset & (vconn->rep.block_size - 1));
+    *rkey_p = slot->rkey;
+}
+
+static ucs_status_t uct_remapring_vconn_write_run(uct_remapring_vconn_t *vconn,
+                                                  uint64_t start, uint64_t end,
+                                                  uint64_t staging, int imm,
+                                                  uint32_t imm_data)
+{
+    struct ibv_send_wr wr = {};
+    struct ibv_sge sge;
+
+    uct_remapring_vconn_remote(vconn, start, &wr.wr.rdma.remote_addr,
+                               &wr.wr.rdma.rkey);
+    if (end > start) {
+        uct_remapring_verbs_sge(&sge,
+                                vconn->staging +
+                                        (staging & (vconn->staging_size - 1)),
+                                end - start, vconn->staging_mr->lkey);
+        wr.sg_list = &sge;
+        wr.num_sge = 1;
+    }
+
+    wr.opcode = imm ? IBV_WR_RDMA_WRITE_WITH_IMM : IBV_WR_RDMA_WRITE;
+    wr.imm_data = htonl(imm_data);
+    return uct_remapring_vconn_post(vconn, &wr, 0,
+                                    staging + ucs_align_up_pow2(
+                                            ucs_max(end - start,
+                                                    (uint64_t)1),
+                                            UCT_REMAPRING_VERBS_STAGING_ALIGN),
+                                    NULL, NULL);
+}
+
+static ucs_status_t
+uct_remapring_vwire_write(uct_remapring_wire_t *wire,
+                          const uct_remapring_wire_seg_t *segs, unsigned nsegs)
+{
+    uct_remapring_vconn_t *vconn = ((uct_remapring_vwire_t*)wire)->vconn;
+    struct {
+        uint64_t start, end, staging;
+        char     *buf;
+    } runs[2];
+    uint64_t saved = vconn->staging_head;
+    unsigned i, nruns = 0, r;
+
+    if (ucs_unlikely(vconn->state != UCT_REMAPRING_VCONN_READY)) {
+        return UCS_ERR_CONNECTION_RESET;
+    }
+
+    /* records never cross a slot: a run per slot */
+    for (i = 0; i < nsegs; ++i) {
+        if ((nruns == 0) ||
+            ((segs[i].offset >> vconn->block_shift) !=
+             (runs[nruns - 1].start >> vconn->block_shift))) {
+            if (nruns == ucs_static_array_size(runs)) {
+                ucs_error("remapring: a send to %s spans more than 2 slots",
+                          vconn->name);
+                return UCS_ERR_INVALID_PARAM;
+            }
+            runs[nruns].start = segs[i].offset;
+            runs[nruns].end   = segs[i].offset + segs[i].length;
+            ++nruns;
+        } else {
+            runs[nruns - 1].start = ucs_min(runs[nruns - 1].start,
+                                            segs[i].offset);
+            runs[nruns - 1].end   = ucs_max(runs[nruns - 1].end,
+                                            segs[i].offset + segs[i].length);
+        }
+    }
+
+    /* all or nothing: staging for every run, a request for each and one
+     * spare (the staller's and the flush's) */
+    if (vconn->sq_avail < nruns + 1) {
+        return UCS_ERR_NO_RESOURCE;
+    }
+
+    for (r = 0; r < nruns; ++r) {
+        runs[r].buf = uct_remapring_vconn_staging(vconn,
+                                                  runs[r].end - runs[r].start,
+                                                  &runs[r].staging);
+        if (runs[r].buf == NULL) {
+            vconn->staging_head = saved;
+            return UCS_ERR_NO_RESOURCE;
+        }
+    }
+
+    for (i = 0, r = 0; i < nsegs; ++i) {
+        while ((segs[i].offset < runs[r].start) ||
+               (segs[i].offset >= runs[r].end)) {
+            ++r;
+        }
+        memcpy(runs[r].buf + (segs[i].offset - runs[r].start),
+               segs[i].buffer, segs[i].length);
+    }
+
+    for (r = 0; r + 1 < nruns; ++r) {
+        if (uct_remapring_vconn_write_run(vconn, runs[r].start, runs[r].end,
+                                          runs[r].staging, 0, 0) != UCS_OK) {
+            return UCS_ERR_IO_ERROR;
+        }
+    }
+
+    vconn->pending.start   = runs[nruns - 1].start;
+    vconn->pending.end     = runs[nruns - 1].end;
+    vconn->pending.staging = runs[nruns - 1].staging;
+    vconn->pending.valid   = 1;
+    return UCS_OK;
+}
+
+static void uct_remapring_vwire_publish_tail(uct_remapring_wire_t *wire,
+                                             uint64_t tail)
+{
+    uct_remapring_vconn_t *vconn = ((uct_remapring_vwire_t*)wire)->vconn;
+    uint32_t imm = (uint32_t)(tail / UCT_REMAPRING_RING_ALIGN) &
+                   UCT_REMAPRING_VERBS_IMM_MASK;
+    ucs_status_t status;
+
+    if (vconn->pending.valid) {
+        status = uct_remapring_vconn_write_run(vconn, vconn->pending.start,
+                                               vconn->pending.end,
+                                               vconn->pending.staging, 1, imm);
+        vconn->pending.valid = 0;
+    } else {
+        status = uct_remapring_vconn_write_run(vconn, vconn->tail,
+                                               vconn->tail, 0, 1, imm);
+    }
+
+    vconn->tail = tail;
+    if (status != UCS_OK) {
+        uct_remapring_peer_failed(vconn->peer, UCS_ERR_IO_ERROR,
+                                  "a write into its ring failed");
+    }
+}
+
+static uint64_t uct_remapring_vwire_limit(uct_remapring_wire_t *wire)
+{
+    return ((uct_remapring_vwire_t*)wire)->vconn->limit;
+}
+
+/* Out of credit: an empty write whose immediate asks for a larger grant,
+ * once until credit comes */
+static void uct_remapring_vwire_stalled(uct_remapring_wire_t *wire)
+{
+    uct_remapring_vconn_t *vconn = ((uct_remapring_vwire_t*)wire)->vconn;
+    uint32_t imm;
+
+    if (vconn->stall_sent || (vconn->state != UCT_REMAPRING_VCONN_READY) ||
+        (vconn->sq_avail < 2)) {
+        return;
+    }
+
+    imm = ((uint32_t)(vconn->tail / UCT_REMAPRING_RING_ALIGN) &
+           UCT_REMAPRING_VERBS_IMM_MASK) | UCT_REMAPRING_VERBS_IMM_STALL;
+    if (uct_remapring_vconn_write_run(vconn, vconn->tail, vconn->tail, 0, 1,
+                                      imm) == UCS_OK) {
+        vconn->stall_sent = 1;
+    }
+}
+
+static void uct_remapring_vwire_destroy(uct_remapring_wire_t *wire)
+{
+    ucs_free(wire);
+}
+
+static const uct_remapring_wire_ops_t uct_remapring_vwire_ops = {
+    .write        = uct_remapring_vwire_write,
+    .publish_tail = uct_remapring_vwire_publish_tail,
+    .limit        = uct_remapring_vwire_limit,
+    .stalled      = uct_remapring_vwire_stalled,
+    .destroy      = uct_remapring_vwire_destroy
+};
+
+
+/* ------------------------------------------------------- connections */
+
+/* Room in the CQ for the SRQ's completions and every QP's signaled ones */
+static ucs_status_t uct_remapring_verbs_cq_reserve(uct_remapring_iface_t *iface)
+{
+    uct_remapring_verbs_iface_t *verbs = uct_remapring_verbs(iface);
+    unsigned need = verbs->srq_size +
+                    ((kh_size(&verbs->qps) + 1) * verbs->sq_size);
+    struct ibv_device_attr attr;
+
+    if ((int)need <= verbs->cq->cqe) {
+        return UCS_OK;
+    }
+
+    if (ibv_query_device(verbs->dev->ctx, &attr) != 0) {
+        attr.max_cqe = verbs->cq->cqe;
+    }
+
+    if (((int)need > attr.max_cqe) ||
+        (ibv_resize_cq(verbs->cq, ucs_min((int)need * 2, attr.max_cqe)) != 0)) {
+        ucs_error("remapring: %s: no room in the CQ for another connection"
+                  " (%u entries needed, %d there)", verbs->dev->name, need,
+                  verbs->cq->cqe);
+        return UCS_ERR_EXCEEDS_LIMIT;
+    }
+
+    return UCS_OK;
+}
+
+static ucs_status_t uct_remapring_vconn_create_qp(uct_remapring_vconn_t *vconn)
+{
+    uct_remapring_iface_t *iface       = vconn->iface;
+    uct_remapring_verbs_iface_t *verbs = uct_remapring_verbs(iface);
+    struct ibv_qp_init_attr attr       = {};
+    ucs_status_t status;
+    khiter_t iter;
+    int ret;
+
+    status = uct_remapring_verbs_cq_reserve(iface);
+    if (status != UCS_OK) {
+        return status;
+    }
+
+    vconn->ops = ucs_calloc(verbs->sq_size, sizeof(*vconn->ops),
+                            "remapring_verbs_ops");
+    if (vconn->ops == NULL) {
+        ucs_error("remapring: failed to allocate requests of %s",
+                  vconn->name);
+        return UCS_ERR_NO_MEMORY;
+    }
+
+    attr.send_cq          = verbs->cq;
+    attr.recv_cq          = verbs->cq;
+    attr.srq              = verbs->srq;
+    attr.qp_type          = IBV_QPT_RC;
+    attr.cap.max_send_wr  = verbs->sq_size;
+    attr.cap.max_send_sge = UCT_REMAPRING_MAX_IOV;
+    if (rdma_create_qp(vconn->id, verbs->dev->pd, &attr) != 0) {
+        ucs_error("remapring: rdma_create_qp for %s failed: %m", vconn->name);
+        return UCS_ERR_IO_ERROR;
+    }
+
+    vconn->qp       = vconn->id->qp;
+    vconn->sq_avail = verbs->sq_size;
+    if (kh_get(uct_remapring_vconns, &verbs->qps, vconn->qp->qp_num) !=
+        kh_end(&verbs->qps)) {
+        /* a destroyed QP of that number still has completions queued */
+        uct_remapring_verbs_poll_cq(vconn->iface);
+    }
+
+    iter = kh_put(uct_remapring_vconns, &verbs->qps, vconn->qp->qp_num, &ret);
+    if (ret == UCS_KH_PUT_FAILED) {
+        ucs_error("remapring: failed to add QP 0x%x to the hash",
+                  vconn->qp->qp_num);
+        return UCS_ERR_NO_MEMORY;
+    }
+
+    kh_val(&verbs->qps, iter) = vconn;
+    vconn->qp_num             = vconn->qp->qp_num;
+    vconn->qp_num_valid       = 1;
+    return UCS_OK;
+}
+
+static void uct_remapring_verbs_poll_cq(uct_remapring_iface_t *iface);
+
+/* Destroy the QP and id of a connection, and free it. Completions of the
+ * QP may still wait in the CQ: until the CQ was drained once, its number
+ * stays in the hash, naming a connection that ignores them (and a new QP
+ * with the same number waits for that) */
+static void uct_remapring_vconn_release(uct_remapring_vconn_t *vconn)
+{
+    uct_remapring_verbs_iface_t *verbs = uct_remapring_verbs(vconn->iface);
+
+    vconn->state = UCT_REMAPRING_VCONN_CLOSED;
+    if (vconn->qp != NULL) {
+        rdma_destroy_qp(vconn->id);
+        vconn->qp = NULL;
+    }
+
+    if (vconn->id != NULL) {
+        rdma_destroy_id(vconn->id);
+        vconn->id = NULL;
+    }
+
+    ucs_free(vconn->ops);
+    vconn->ops    = NULL;
+    vconn->zombie = 1;
+    if (vconn->qp_num_valid) {
+        ucs_list_add_tail(&verbs->zombies, &vconn->list);
+    } else {
+        ucs_free(vconn);
+    }
+}
+
+/* The CQ was drained: the completions of destroyed QPs are gone with it */
+static void uct_remapring_verbs_reap(uct_remapring_verbs_iface_t *verbs)
+{
+    uct_remapring_vconn_t *vconn, *tmp;
+    khiter_t iter;
+
+    ucs_list_for_each_safe(vconn, tmp, &verbs->zombies, list) {
+        iter = kh_get(uct_remapring_vconns, &verbs->qps, vconn->qp_num);
+        if ((iter != kh_end(&verbs->qps)) &&
+            (kh_val(&verbs->qps, iter) == vconn)) {
+            kh_del(uct_remapring_vconns, &verbs->qps, iter);
+        }
+        ucs_list_del(&vconn->list);
+        ucs_free(vconn);
+    }
+}
+
+static void uct_remapring_vconn_dereg(struct ibv_mr **mr_p)
+{
+    if (*mr_p != NULL) {
+        ibv_dereg_mr(*mr_p);
+        *mr_p = NULL;
+    }
+}
+
+
+/* ------------------------------------------------------------ receiving */
+
+static void uct_remapring_rx_vconn_set_active(uct_remapring_vconn_t *vconn)
+{
+    if (!vconn->active) {
+        vconn->active = 1;
+        ucs_list_add_tail(&uct_remapring_verbs(vconn->iface)->rx_active,
+                          &vconn->active_list);
+    }
+}
+
+static void uct_remapring_rx_vconn_set_idle(uct_remapring_vconn_t *vconn)
+{
+    if (vconn->active) {
+        vconn->active = 0;
+        ucs_list_del(&vconn->active_list);
+    }
+}
+
+static void uct_remapring_rx_vconn_free(uct_remapring_vconn_t *vconn)
+{
+    uct_remapring_verbs_iface_t *verbs = uct_remapring_verbs(vconn->iface);
+
+    ucs_debug("remapring: ring from %s closed", vconn->name);
+    uct_remapring_rx_vconn_set_idle(vconn);
+    ucs_list_del(&vconn->list);
+    --verbs->nrx;
+    /* the QP first: the device writes into the view no more */
+    if (vconn->qp != NULL) {
+        rdma_destroy_qp(vconn->id);
+        vconn->qp = NULL;
+    }
+    uct_remapring_vconn_dereg(&vconn->view_mr);
+    uct_remapring_vconn_dereg(&vconn->credit_table_mr);
+    if (vconn->ring != NULL) {
+        /* held messages keep their blocks */
+        uct_remapring_ring_destroy(vconn->ring);
+        vconn->ring = NULL;
+    }
+    ucs_free(vconn->credit_table);
+    ucs_free(vconn->slots);
+    uct_remapring_vconn_release(vconn);
+}
+
+/* A ring went bad: disconnect; the sender's endpoints fail */
+static void uct_remapring_rx_vconn_fail(uct_remapring_vconn_t *vconn,
+                                        const char *reason)
+{
+    if (reason != NULL) {
+        ucs_error("remapring: connection from %s failed: %s", vconn->name,
+                  reason);
+    }
+
+    vconn->failed = 1;
+    uct_remapring_rx_vconn_set_idle(vconn);
+    if ((vconn->state != UCT_REMAPRING_VCONN_CLOSED) && (vconn->id != NULL)) {
+        rdma_disconnect(vconn->id);
+    }
+}
+
+/* The ring stored a new limit: send it, unless the connection is not up
+ * yet (then the first credit, at ESTABLISHED, carries it) */
+static void uct_remapring_rx_vconn_published(void *arg, uint64_t limit)
+{
+    uct_remapring_vconn_t *vconn = arg;
+
+    if (vconn->state == UCT_REMAPRING_VCONN_READY) {
+        uct_remapring_vconn_send_credit(vconn);
+    }
+}
+
+/* Credit up to the ring's limit: in pinned mode the slot table entries of
+ * the newly credited slots first, in the same write */
+static ucs_status_t uct_remapring_vconn_send_credit(uct_remapring_vconn_t *vconn)
+{
+    uct_remapring_verbs_iface_t *verbs = uct_remapring_verbs(vconn->iface);
+    uct_remapring_ring_t *ring         = vconn->ring;
+    uint64_t limit                     = ring->limit;
+    unsigned nslots                    = ring->nslots;
+    uct_remapring_verbs_slot_t *entry;
+    struct ibv_send_wr wr;
+    struct ibv_sge sge;
+    unsigned first, count, n, slot;
+    uint64_t offset;
+    uint32_t block;
+
+    if (limit <= vconn->credited) {
+        return UCS_OK;
+    }
+
+    if (vconn->sq_avail < 3) {
+        return UCS_ERR_NO_RESOURCE; /* again when requests complete */
+    }
+
+    first = (vconn->credited >> ring->block_shift) & (nslots - 1);
+    count = (limit - vconn->credited) >> ring->block_shift;
+    if (verbs->mode == UCT_REMAPRING_VERBS_MODE_PINNED) {
+        for (offset = vconn->credited; offset < limit;
+             offset += ring->block_size) {
+            slot        = (offset >> ring->block_shift) & (nslots - 1);
+            block       = vconn->slots[slot];
+            entry       = &vconn->credit_table[slot];
+            entry->addr = (uintptr_t)uct_remapring_pool_block_addr(
+                                  vconn->iface->rx.pool, block);
+            entry->rkey = verbs->pool_rkeys[block];
+        }
+    } else {
+        count = 0;
+    }
+
+    /* the entries in at most two pieces (the table wraps), the immediate
+     * with the last */
+    do {
+        memset(&wr, 0, sizeof(wr));
+        n                   = ucs_min(count, nslots - first);
+        wr.wr.rdma.rkey     = vconn->remote_table_rkey;
+        wr.wr.rdma.remote_addr = vconn->remote_table +
+                                 (first * sizeof(uct_remapring_verbs_slot_t));
+        if (n > 0) {
+            uct_remapring_verbs_sge(&sge, &vconn->credit_table[first],
+                                    n * sizeof(uct_remapring_verbs_slot_t),
+                                    vconn->credit_table_mr->lkey);
+            wr.sg_list = &sge;
+            wr.num_sge = 1;
+        }
+
+        count -= n;
+        first  = (first + n) & (nslots - 1);
+        if (count == 0) {
+            wr.opcode   = IBV_WR_RDMA_WRITE_WITH_IMM;
+            wr.imm_data = htonl((uint32_t)(limit >> ring->block_shift));
+        } else {
+            wr.opcode   = IBV_WR_RDMA_WRITE;
+        }
+
+        if (uct_remapring_vconn_post(vconn, &wr, 0, 0, NULL, NULL) !=
+            UCS_OK) {
+            uct_remapring_rx_vconn_fail(vconn, "a credit could not be sent");
+            return UCS_ERR_IO_ERROR;
+        }
+    } while (count > 0);
+
+    vconn->credited = limit;
+    return UCS_OK;
+}
+
+/* A record's immediate: the sender's new tail, and maybe a stall */
+static void uct_remapring_rx_vconn_imm(uct_remapring_vconn_t *vconn,
+                                       uint32_t imm)
+{
+    uint32_t units = imm & UCT_REMAPRING_VERBS_IMM_MASK;
+    uint32_t delta = (units - (uint32_t)(vconn->rx_tail /
+                                         UCT_REMAPRING_RING_ALIGN)) &
+                     UCT_REMAPRING_VERBS_IMM_MASK;
+
+    if (vconn->failed) {
+        return;
+    }
+
+    if (imm & UCT_REMAPRING_VERBS_IMM_STALL) {
+        __atomic_store_n(&vconn->ctl.stalls, vconn->ctl.stalls + 1,
+                         __ATOMIC_RELAXED);
+    }
+
+    /* the ring checks the tail against its limit */
+    vconn->rx_tail += (uint64_t)delta * UCT_REMAPRING_RING_ALIGN;
+    uct_remapring_ring_ctl_store_tail(&vconn->ctl, vconn->rx_tail);
+    uct_remapring_rx_vconn_set_active(vconn);
+}
+
+static unsigned uct_remapring_rx_vconn_poll(uct_remapring_vconn_t *vconn)
+{
+    uct_remapring_ring_t *ring = vconn->ring;
+    unsigned count;
+    int failed = 0;
+
+    count = uct_remapring_iface_rx_ring(vconn->iface, ring, &failed);
+    if (ucs_unlikely(failed)) {
+        uct_remapring_rx_vconn_fail(vconn, NULL); /* logged */
+        return count;
+    }
+
+    if ((count > 0) || !uct_remapring_ring_is_empty(ring)) {
+        return count;
+    }
+
+    /* drained: the next immediate wakes it */
+    uct_remapring_rx_vconn_set_idle(vconn);
+    uct_remapring_ring_flush_credits(ring);
+    if (vconn->state == UCT_REMAPRING_VCONN_CLOSED) {
+        uct_remapring_rx_vconn_free(vconn);
+    }
+
+    return count;
+}
+
+/* Refuse a request; @a status says why, to the sender */
+static void uct_remapring_verbs_reject(struct rdma_cm_id *id,
+                                       ucs_status_t status)
+{
+    uct_remapring_verbs_rej_t rej = {UCT_REMAPRING_VERBS_MAGIC, status};
+
+    rdma_reject(id, &rej, sizeof(rej));
+    rdma_destroy_id(id);
+}
+
+/* A sender asks for a ring */
+static void uct_remapring_verbs_accept(uct_remapring_iface_t *iface,
+                                       struct rdma_cm_id *id, const void *data,
+                                       size_t length)
+{
+    uct_remapring_verbs_iface_t *verbs = uct_remapring_verbs(iface);
+    uct_remapring_verbs_req_t req;
+    uct_remapring_verbs_rep_t rep     = {};
+    struct rdma_conn_param param      = {};
+    uct_remapring_ring_params_t params;
+    uct_remapring_ring_info_t info;
+    uct_remapring_vconn_t *vconn;
+    char name[64];
+    ucs_status_t status;
+
+    uct_remapring_verbs_addr_str(rdma_get_peer_addr(id), name, sizeof(name));
+    if (length < sizeof(req)) {
+        ucs_error("remapring: connection request from %s of %zu bytes",
+                  name, length);
+        uct_remapring_verbs_reject(id, UCS_ERR_INVALID_PARAM);
+        return;
+    }
+
+    memcpy(&req, data, sizeof(req));
+    if ((req.magic != UCT_REMAPRING_VERBS_MAGIC) ||
+        (req.version != UCT_REMAPRING_VERBS_VERSION)) {
+        ucs_error("remapring: connection request from %s is not of this"
+                  " version (magic 0x%x version %u)", name, req.magic,
+                  req.version);
+        uct_remapring_verbs_reject(id, UCS_ERR_UNSUPPORTED);
+        return;
+    }
+
+    if (req.iface_id != iface->id) {
+        ucs_diag("remapring: connection request from %s for interface"
+                 " 0x%" PRIx64 ", not this one", name, req.iface_id);
+        uct_remapring_verbs_reject(id, UCS_ERR_UNREACHABLE);
+        return;
+    }
+
+    if (req.max_payload > iface->rx.max_payload) {
+        ucs_error("remapring: %s sends up to %u bytes, the rings here take"
+                  " %zu (UCX_REMAPRING_BLOCK_SIZE)", name, req.max_payload,
+                  iface->rx.max_payload);
+        uct_remapring_verbs_reject(id, UCS_ERR_UNREACHABLE);
+        return;
+    }
+
+    if ((verbs->mode == UCT_REMAPRING_VERBS_MODE_PINNED) &&
+        (req.reserved < iface->rx.nslots)) {
+        ucs_error("remapring: %s has a slot table of %u, the rings here have"
+                  " %u slots (UCX_REMAPRING_RING_SLOTS)", name, req.reserved,
+                  iface->rx.nslots);
+        uct_remapring_verbs_reject(id, UCS_ERR_UNREACHABLE);
+        return;
+    }
+
+    /* the ring's control words are cache line aligned */
+    if (ucs_posix_memalign((void**)&vconn, UCS_SYS_CACHE_LINE_SIZE,
+                           sizeof(*vconn), "uct_remapring_vconn_t") != 0) {
+        ucs_error("remapring: failed to allocate a connection");
+        uct_remapring_verbs_reject(id, UCS_ERR_NO_MEMORY);
+        return;
+    }
+
+    memset(vconn, 0, sizeof(*vconn));
+
+    vconn->iface             = iface;
+    vconn->is_rx             = 1;
+    vconn->state             = UCT_REMAPRING_VCONN_CONNECTING;
+    vconn->id                = id;
+    vconn->remote_table      = req.table_addr;
+    vconn->remote_table_rkey = req.table_rkey;
+    id->context              = vconn;
+    ucs_strncpy_zero(vconn->name, name, sizeof(vconn->name));
+    ucs_list_add_tail(&verbs->rx_conns, &vconn->list);
+    ++verbs->nrx;
+
+    vconn->slots = ucs_calloc(iface->rx.nslots, sizeof(*vconn->slots),
+                              "remapring_verbs_slots");
+    vconn->credit_table = ucs_calloc(iface->rx.nslots,
+                                     sizeof(*vconn->credit_table),
+                                     "remapring_verbs_credit_table");
+    if ((vconn->slots == NULL) || (vconn->credit_table == NULL)) {
+        ucs_error("remapring: failed to allocate the slot tables of %s",
+                  name);
+        status = UCS_ERR_NO_MEMORY;
+        goto err;
+    }
+
+    uct_remapring_ring_params_default(&params);
+    params.nslots       = iface->rx.nslots;
+    params.headroom     = iface->rx.headroom;
+    params.inline_max   = iface->rx.layout.inline_max;
+    params.align        = iface->rx.layout.align;
+    params.align_offset = iface->rx.layout.align_offset;
+    params.credit_batch = iface->rx.credit_batch;
+    params.grant_min    = iface->rx.idle_slots;
+    /* a device may place the bytes of one write in any order */
+    params.commit       = UCT_REMAPRING_RING_COMMIT_TAIL;
+    params.shared_slots = vconn->slots;
+    /* odp: the device follows the view; pinned: the sender the table */
+    params.remap_view   = (verbs->mode == UCT_REMAPRING_VERBS_MODE_ODP);
+    /* a device that misplaces ODP writes inside a page gets whole pages */
+    params.rec_align    = (verbs->mode == UCT_REMAPRING_VERBS_MODE_ODP) ?
+                          verbs->dev->odp_rec_align :
+                          UCT_REMAPRING_RING_ALIGN;
+    params.on_publish   = uct_remapring_rx_vconn_published;
+    params.publish_arg  = vconn;
+    params.name         = vconn->name;
+    status = uct_remapring_ring_create(iface->rx.pool, &params, &vconn->ctl,
+                                       &vconn->ring);
+    if (status != UCS_OK) {
+        if (status == UCS_ERR_NO_RESOURCE) {
+            ucs_error("remapring: no room for the ring of %s in the pool"
+                      " (UCX_REMAPRING_POOL_MAX)", name);
+        }
+        goto err;
+    }
+
+    uct_remapring_ring_get_info(vconn->ring, &info);
+    if (verbs->mode == UCT_REMAPRING_VERBS_MODE_ODP) {
+        vconn->view_mr = ibv_reg_mr(verbs->dev->pd, (void*)info.view_addr,
+                                    (size_t)info.block_size * info.nslots,
+                                    IBV_ACCESS_LOCAL_WRITE |
+                                    IBV_ACCESS_REMOTE_WRITE |
+                                    IBV_ACCESS_ON_DEMAND);
+        if (vconn->view_mr == NULL) {
+            ucs_error("remapring: ODP registration of the ring view of %s"
+                      " failed: %m", name);
+            status = UCS_ERR_IO_ERROR;
+            goto err;
+        }
+    }
+
+    vconn->credit_table_mr = ibv_reg_mr(verbs->dev->pd, vconn->credit_table,
+                                        iface->rx.nslots *
+                                        sizeof(*vconn->credit_table),
+                                        IBV_ACCESS_LOCAL_WRITE);
+    if (vconn->credit_table_mr == NULL) {
+        ucs_error("remapring: registration of a slot table failed: %m");
+        status = UCS_ERR_IO_ERROR;
+        goto err;
+    }
+
+    status = uct_remapring_vconn_create_qp(vconn);
+    if (status != UCS_OK) {
+        goto err;
+    }
+
+    rep.magic        = UCT_REMAPRING_VERBS_MAGIC;
+    rep.version      = UCT_REMAPRING_VERBS_VERSION;
+    rep.mode         = verbs->mode;
+    rep.view_addr    = info.view_addr;
+    rep.view_rkey    = (vconn->view_mr != NULL) ? vconn->view_mr->rkey : 0;
+    rep.nonce        = info.nonce;
+    rep.block_size   = info.block_size;
+    rep.nslots       = info.nslots;
+    rep.reserve      = info.reserve;
+    rep.inline_max   = info.inline_max;
+    rep.align        = info.align;
+    rep.align_offset = info.align_offset;
+    rep.rec_align    = info.rec_align;
+
+    param.private_data        = &rep;
+    param.private_data_len    = sizeof(rep);
+    param.responder_resources = verbs->dev->max_rd_atomic;
+    param.initiator_depth     = verbs->dev->max_rd_atomic;
+    param.retry_count         = 7;
+    param.rnr_retry_count     = 7;
+    if (rdma_accept(id, &param) != 0) {
+        ucs_error("remapring: rdma_accept of %s failed: %m", name);
+        status = UCS_ERR_IO_ERROR;
+        goto err;
+    }
+
+    uct_remapring_md_set_in_use(iface->super.md);
+    ucs_debug("remapring: accepted %s, %s ring view %p", name,
+              uct_remapring_verbs_mode_str(verbs->mode),
+              (void*)info.view_addr);
+    return;
+
+err:
+    /* the request is refused, the id goes with it */
+    if (vconn->qp != NULL) {
+        uct_remapring_verbs_rej_t rej = {UCT_REMAPRING_VERBS_MAGIC, status};
+
+        rdma_reject(id, &rej, sizeof(rej));
+        uct_remapring_rx_vconn_free(vconn);
+        return;
+    }
+
+    vconn->id = NULL;
+    uct_remapring_rx_vconn_free(vconn);
+    uct_remapring_verbs_reject(id, status);
+}
+
+
+/* -------------------------------------------------------------- sending */
+
+static void uct_remapring_tx_vconn_fail(uct_remapring_vconn_t *vconn,
+                                        ucs_status_t status,
+                                        const char *reason)
+{
+    vconn->state = UCT_REMAPRING_VCONN_CLOSED;
+    uct_remapring_peer_failed(vconn->peer, status, reason);
+}
+
+/* The receiver's credit: its limit, in slots */
+static void uct_remapring_tx_vconn_credit(uct_remapring_vconn_t *vconn,
+                                          uint32_t imm)
+{
+    uint64_t slots = vconn->limit >> vconn->block_shift;
+    uint32_t delta = imm - (uint32_t)slots;
+
+    if (delta > INT32_MAX) {
+        return; /* an old one */
+    }
+
+    vconn->limit     += (uint64_t)delta << vconn->block_shift;
+    vconn->stall_sent = 0;
+}
+
+/* The reply came: the ring exists, the wire can write */
+static void uct_remapring_tx_vconn_established(uct_remapring_vconn_t *vconn,
+                                               const void *data, size_t length)
+{
+    uct_remapring_peer_t *peer = vconn->peer;
+    uct_remapring_ring_info_t info;
+    uct_remapring_verbs_rep_t rep;
+    uct_remapring_vwire_t *wire;
+    ucs_status_t status;
+
+    if (length < sizeof(rep)) {
+        ucs_error("remapring: reply of %s has %zu bytes", vconn->name,
+                  length);
+        uct_remapring_tx_vconn_fail(vconn, UCS_ERR_INVALID_PARAM,
+                                    "its reply is not valid");
+        return;
+    }
+
+    memcpy(&rep, data, sizeof(rep));
+    if ((rep.magic != UCT_REMAPRING_VERBS_MAGIC) ||
+        (rep.version != UCT_REMAPRING_VERBS_VERSION) ||
+        ((rep.mode != UCT_REMAPRING_VERBS_MODE_ODP) &&
+         (rep.mode != UCT_REMAPRING_VERBS_MODE_PINNED)) ||
+        ((rep.mode == UCT_REMAPRING_VERBS_MODE_PINNED) &&
+         (rep.nslots > vconn->iface->rx.nslots))) {
+        ucs_error("remapring: reply of %s is not valid (magic 0x%x version"
+                  " %u mode %u slots %u)", vconn->name, rep.magic,
+                  rep.version, rep.mode, rep.nslots);
+        uct_remapring_tx_vconn_fail(vconn, UCS_ERR_INVALID_PARAM,
+                                    "its reply is not valid");
+        return;
+    }
+
+    info.magic        = UCT_REMAPRING_RING_CTL_MAGIC;
+    info.view_addr    = rep.view_addr;
+    info.nonce        = rep.nonce;
+    info.block_size   = rep.block_size;
+    info.nslots       = rep.nslots;
+    info.reserve      = rep.reserve;
+    info.inline_max   = rep.inline_max;
+    info.align        = rep.align;
+    info.align_offset = rep.align_offset;
+    info.commit       = UCT_REMAPRING_RING_COMMIT_TAIL;
+    info.rec_align    = rep.rec_align;
+
+    wire = ucs_calloc(1, sizeof(*wire), "uct_remapring_vwire_t");
+    if (wire == NULL) {
+        uct_remapring_tx_vconn_fail(vconn, UCS_ERR_NO_MEMORY,
+                                    "no memory for its wire");
+        return;
+    }
+
+    wire->super.ops         = &uct_remapring_vwire_ops;
+    wire->super.window_size = (size_t)rep.block_size * rep.nslots;
+    wire->super.can_stamp   = 0;
+    wire->vconn             = vconn;
+    status = uct_remapring_ring_writer_init(&peer->writer, &info,
+                                            &wire->super);
+    if (status != UCS_OK) {
+        ucs_free(wire);
+        uct_remapring_tx_vconn_fail(vconn, status, "its ring is not valid");
+        return;
+    }
+
+    vconn->rep         = rep;
+    vconn->pinned      = (rep.mode == UCT_REMAPRING_VERBS_MODE_PINNED);
+    vconn->view_addr   = rep.view_addr;
+    vconn->view_rkey   = rep.view_rkey;
+    vconn->block_shift = ucs_ilog2(rep.block_size);
+    vconn->state       = UCT_REMAPRING_VCONN_READY;
+    peer->wire         = &wire->super;
+    ucs_debug("remapring: connected to %s, %s mode, %u slots of %u bytes",
+              vconn->name, uct_remapring_verbs_mode_str(rep.mode),
+              rep.nslots, rep.block_size);
+}
+
+/* The route is known: make the QP and ask */
+static void uct_remapring_tx_vconn_connect(uct_remapring_vconn_t *vconn)
+{
+    uct_remapring_iface_t *iface       = vconn->iface;
+    uct_remapring_verbs_iface_t *verbs = uct_remapring_verbs(iface);
+    uct_remapring_verbs_req_t req      = {};
+    struct rdma_conn_param param       = {};
+
+    if (uct_remapring_vconn_create_qp(vconn) != UCS_OK) {
+        uct_remapring_tx_vconn_fail(vconn, UCS_ERR_IO_ERROR,
+                                    "no QP could be made for it");
+        return;
+    }
+
+    req.magic       = UCT_REMAPRING_VERBS_MAGIC;
+    req.version     = UCT_REMAPRING_VERBS_VERSION;
+    req.reserved    = iface->rx.nslots; /* entries of our slot table */
+    req.iface_id    = vconn->peer->remote.iface_id;
+    req.sender_id   = iface->id;
+    req.table_addr  = (uintptr_t)vconn->table;
+    req.table_rkey  = vconn->table_mr->rkey;
+    req.max_payload = iface->tx.max_bcopy;
+
+    param.private_data        = &req;
+    param.private_data_len    = sizeof(req);
+    param.responder_resources = verbs->dev->max_rd_atomic;
+    param.initiator_depth     = verbs->dev->max_rd_atomic;
+    param.retry_count         = 7;
+    param.rnr_retry_count     = 7;
+    if (rdma_connect(vconn->id, &param) != 0) {
+        ucs_error("remapring: rdma_connect to %s failed: %m", vconn->name);
+        uct_remapring_tx_vconn_fail(vconn, UCS_ERR_UNREACHABLE,
+                                    "the connection could not be requested");
+        return;
+    }
+
+    vconn->state = UCT_REMAPRING_VCONN_CONNECTING;
+}
+
+ucs_status_t
+uct_remapring_verbs_peer_connect(uct_remapring_peer_t *peer,
+                                 const uct_remapring_verbs_dev_addr_t *dev,
+                                 const uct_remapring_verbs_iface_addr_t *addr)
+{
+    uct_remapring_iface_t *iface       = peer->iface;
+    uct_remapring_verbs_iface_t *verbs = uct_remapring_verbs(iface);
+    struct sockaddr_storage dst        = {};
+    struct sockaddr_storage src        = verbs->addr;
+    uct_remapring_vconn_t *vconn;
+    uint8_t timeout;
+    ucs_status_t status;
+
+    if ((dev->magic != UCT_REMAPRING_VERBS_MAGIC) ||
+        (addr->magic != UCT_REMAPRING_VERBS_ADDR_MAGIC) ||
+        (addr->version != UCT_REMAPRING_VERBS_VERSION) ||
+        ((dev->family != AF_INET) && (dev->family != AF_INET6))) {
+        ucs_error("remapring: not an address of a verbs interface (magic"
+                  " 0x%x/0x%x version %u family %u)", dev->magic, addr->magic,
+                  addr->version, dev->family);
+        return UCS_ERR_INVALID_ADDR;
+    }
+
+    if (addr->max_payload < iface->tx.max_bcopy) {
+        ucs_error("remapring: the receiver takes payloads of up to %u bytes,"
+                  " this process sends up to %zu: peers must use the same"
+                  " UCX_REMAPRING_BLOCK_SIZE and AM alignment",
+                  addr->max_payload, iface->tx.max_bcopy);
+        return UCS_ERR_UNREACHABLE;
+    }
+
+    dst.ss_family = dev->family;
+    if (dev->family == AF_INET) {
+        memcpy(&((struct sockaddr_in*)&dst)->sin_addr, dev->ip, 4);
+        ((struct sockaddr_in*)&dst)->sin_port = addr->port;
+        ((struct sockaddr_in*)&src)->sin_port = 0;
+    } else {
+        memcpy(&((struct sockaddr_in6*)&dst)->sin6_addr, dev->ip, 16);
+        ((struct sockaddr_in6*)&dst)->sin6_port = addr->port;
+        ((struct sockaddr_in6*)&src)->sin6_port = 0;
+    }
+
+    vconn = ucs_calloc(1, sizeof(*vconn), "uct_remapring_vconn_t");
+    if (vconn == NULL) {
+        ucs_error("remapring: failed to allocate a connection");
+        return UCS_ERR_NO_MEMORY;
+    }
+
+    vconn->iface        = iface;
+    vconn->peer         = peer;
+    vconn->state        = UCT_REMAPRING_VCONN_RESOLVING;
+    vconn->staging_size = verbs->staging_size;
+    uct_remapring_verbs_addr_str((struct sockaddr*)&dst, vconn->name,
+                                 sizeof(vconn->name));
+    ucs_strncpy_zero(peer->name, vconn->name, sizeof(peer->name));
+    peer->vconn           = vconn;
+    peer->remote.iface_id = addr->iface_id;
+
+    vconn->staging = mmap(NULL, vconn->staging_size, PROT_READ | PROT_WRITE,
+                          MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (vconn->staging == MAP_FAILED) {
+        vconn->staging = NULL;
+        ucs_error("remapring: failed to allocate %zu bytes of staging for"
+                  " %s: %m", vconn->staging_size, vconn->name);
+        status = UCS_ERR_NO_MEMORY;
+        goto err;
+    }
+
+    vconn->table = ucs_calloc(iface->rx.nslots, sizeof(*vconn->table),
+                              "remapring_verbs_table");
+    if (vconn->table == NULL) {
+        ucs_error("remapring: failed to allocate a slot table");
+        status = UCS_ERR_NO_MEMORY;
+        goto err;
+    }
+
+    vconn->staging_mr = ibv_reg_mr(verbs->dev->pd, vconn->staging,
+                                   vconn->staging_size,
+                                   IBV_ACCESS_LOCAL_WRITE);
+    vconn->table_mr   = ibv_reg_mr(verbs->dev->pd, vconn->table,
+                                   iface->rx.nslots * sizeof(*vconn->table),
+                                   IBV_ACCESS_LOCAL_WRITE |
+                                   IBV_ACCESS_REMOTE_WRITE);
+    if ((vconn->staging_mr == NULL) || (vconn->table_mr == NULL)) {
+        ucs_error("remapring: registration of the staging buffer for %s"
+                  " failed: %m", vconn->name);
+        status = UCS_ERR_IO_ERROR;
+        goto err;
+    }
+
+    if (rdma_create_id(verbs->channel, &vconn->id, vconn, RDMA_PS_TCP) != 0) {
+        ucs_error("remapring: rdma_create_id failed: %m");
+        status = UCS_ERR_IO_ERROR;
+        goto err;
+    }
+
+    timeout = verbs->timeout;
+    if (rdma_set_option(vconn->id, RDMA_OPTION_ID, RDMA_OPTION_ID_ACK_TIMEOUT,
+                        &timeout, sizeof(timeout)) != 0) {
+        ucs_diag("remapring: setting the ACK timeout of %s failed: %m",
+                 vconn->name);
+    }
+
+    if (rdma_resolve_addr(vconn->id, (struct sockaddr*)&src,
+                          (struct sockaddr*)&dst,
+                          UCT_REMAPRING_VERBS_RESOLVE_MS) != 0) {
+        ucs_error("remapring: rdma_resolve_addr(%s) failed: %m", vconn->name);
+        status = UCS_ERR_UNREACHABLE;
+        goto err;
+    }
+
+    uct_remapring_md_set_in_use(iface->super.md);
+    ucs_debug("remapring: connecting to %s", vconn->name);
+    return UCS_OK;
+
+err:
+    uct_remapring_verbs_peer_destroy(peer);
+    return status;
+}
+
+void uct_remapring_verbs_peer_destroy(uct_remapring_peer_t *peer)
+{
+    uct_remapring_vconn_t *vconn = peer->vconn;
+
+    if (vconn == NULL) {
+        return;
+    }
+
+    /* the receiver sees DISCONNECTED and frees its ring */
+    if ((vconn->id != NULL) && (vconn->qp != NULL) &&
+        (vconn->state != UCT_REMAPRING_VCONN_CLOSED)) {
+        rdma_disconnect(vconn->id);
+    }
+
+    if (vconn->qp != NULL) {
+        rdma_destroy_qp(vconn->id);
+        vconn->qp = NULL;
+    }
+    uct_remapring_vconn_dereg(&vconn->staging_mr);
+    uct_remapring_vconn_dereg(&vconn->table_mr);
+    if (vconn->staging != NULL) {
+        munmap(vconn->staging, vconn->staging_size);
+    }
+    ucs_free(vconn->table);
+    peer->vconn = NULL;
+    vconn->peer = NULL;
+    uct_remapring_vconn_release(vconn);
+}
+
+
+/* ------------------------------------------------------- the CQ and CM */
+
+static void uct_remapring_verbs_post_recvs(uct_remapring_verbs_iface_t *verbs)
+{
+    struct ibv_recv_wr wrs[64], *bad_wr;
+    unsigned i, n;
+    int ret;
+
+    while (verbs->srq_posted < verbs->srq_size) {
+        n = ucs_min(verbs->srq_size - verbs->srq_posted,
+                    ucs_static_array_size(wrs));
+        for (i = 0; i < n; ++i) {
+            wrs[i].wr_id   = UCT_REMAPRING_VERBS_WR_RECV;
+            wrs[i].sg_list = NULL;
+            wrs[i].num_sge = 0;
+            wrs[i].next    = (i + 1 < n) ? &wrs[i + 1] : NULL;
+        }
+
+        ret = ibv_post_srq_recv(verbs->srq, wrs, &bad_wr);
+        if (ret != 0) {
+            ucs_error("remapring: ibv_post_srq_recv failed: %s",
+                      strerror(ret));
+            return;
+        }
+        verbs->srq_posted += n;
+    }
+}
+
+static void uct_remapring_verbs_cqe_error(uct_remapring_vconn_t *vconn,
+                                          const struct ibv_wc *wc)
+{
+    ucs_status_t status = (wc->status == IBV_WC_RETRY_EXC_ERR) ?
+                          UCS_ERR_ENDPOINT_TIMEOUT : UCS_ERR_CONNECTION_RESET;
+
+    if (wc->wr_id != UCT_REMAPRING_VERBS_WR_NONE) {
+        uct_remapring_vconn_op_done(vconn, wc->wr_id, status);
+    }
+
+    /* once: the requests after the first are flushed */
+    if ((vconn->state == UCT_REMAPRING_VCONN_CLOSED) || vconn->failed) {
+        return;
+    }
+
+    if (vconn->is_rx) {
+        ucs_diag("remapring: connection from %s: %s", vconn->name,
+                 ibv_wc_status_str(wc->status));
+        uct_remapring_rx_vconn_fail(vconn, NULL);
+        vconn->state = UCT_REMAPRING_VCONN_CLOSED;
+        uct_remapring_rx_vconn_set_active(vconn); /* drain, then free */
+    } else {
+        ucs_diag("remapring: connection to %s: %s", vconn->name,
+                 ibv_wc_status_str(wc->status));
+        vconn->failed = 1;
+        uct_remapring_tx_vconn_fail(vconn, status,
+                                    (wc->status == IBV_WC_RETRY_EXC_ERR) ?
+                                    "the receiver does not answer" :
+                                    "a request to the receiver failed");
+    }
+}
+
+static void uct_remapring_verbs_poll_cq(uct_remapring_iface_t *iface)
+{
+    uct_remapring_verbs_iface_t *verbs = uct_remapring_verbs(iface);
+    struct ibv_wc wc[UCT_REMAPRING_VERBS_POLL_BATCH];
+    uct_remapring_vconn_t *vconn;
+    khiter_t iter;
+    int i, n;
+
+    do {
+        n = ibv_poll_cq(verbs->cq, UCT_REMAPRING_VERBS_POLL_BATCH, wc);
+        if (n < 0) {
+            ucs_error("remapring: ibv_poll_cq(%s) failed", verbs->dev->name);
+            return;
+        }
+
+        for (i = 0; i < n; ++i) {
+            if (wc[i].wr_id == UCT_REMAPRING_VERBS_WR_RECV) {
+                --verbs->srq_posted;
+            }
+
+            iter = kh_get(uct_remapring_vconns, &verbs->qps, wc[i].qp_num);
+            if (iter == kh_end(&verbs->qps)) {
+                continue; /* of a QP that is gone */
+            }
+
+            vconn = kh_val(&verbs->qps, iter);
+            if (ucs_unlikely(vconn->zombie)) {
+                continue;
+            } else if (ucs_unlikely(wc[i].status != IBV_WC_SUCCESS)) {
+                uct_remapring_verbs_cqe_error(vconn, &wc[i]);
+            } else if (wc[i].opcode == IBV_WC_RECV_RDMA_WITH_IMM) {
+                if (vconn->is_rx) {
+                    uct_remapring_rx_vconn_imm(vconn, ntohl(wc[i].imm_data));
+                } else {
+                    uct_remapring_tx_vconn_credit(vconn,
+                                                  ntohl(wc[i].imm_data));
+                }
+            } else if (wc[i].opcode == IBV_WC_RECV) {
+                ucs_diag("remapring: %s sent a message, not a write",
+                         vconn->name);
+            } else {
+                uct_remapring_vconn_op_done(vconn, wc[i].wr_id, UCS_OK);
+                if (vconn->is_rx && (vconn->ring != NULL) &&
+                    (vconn->state == UCT_REMAPRING_VCONN_READY)) {
+                    /* a credit that found the queue full */
+                    uct_remapring_vconn_send_credit(vconn);
+                }
+            }
+        }
+    } while (n == UCT_REMAPRING_VERBS_POLL_BATCH);
+
+    if (ucs_unlikely(!ucs_list_is_empty(&verbs->zombies))) {
+        uct_remapring_verbs_reap(verbs);
+    }
+
+    if (verbs->srq_posted < verbs->srq_size / 2) {
+        uct_remapring_verbs_post_recvs(verbs);
+    }
+}
+
+static void uct_remapring_verbs_cm_event(uct_remapring_iface_t *iface,
+                                         struct rdma_cm_event *event)
+{
+    uct_remapring_verbs_iface_t *verbs = uct_remapring_verbs(iface);
+    uct_remapring_vconn_t *vconn       = event->id->context;
+    const uct_remapring_verbs_rej_t *rej;
+    char data[256];
+    size_t length;
+    int type = event->event, ev_status = event->status;
+    struct rdma_cm_id *id = event->id;
+
+    length = ucs_min(event->param.conn.private_data_len, sizeof(data));
+    if (event->param.conn.private_data != NULL) {
+        memcpy(data, event->param.conn.private_data, length);
+    } else {
+        length = 0;
+    }
+
+    /* acked before anything may destroy the id */
+    rdma_ack_cm_event(event);
+
+    if (type == RDMA_CM_EVENT_CONNECT_REQUEST) {
+        uct_remapring_verbs_accept(iface, id, data, length);
+        return;
+    }
+
+    if ((vconn == NULL) || (id == verbs->listen_id)) {
+        ucs_debug("remapring: %s on the listener of %s",
+                  rdma_event_str(type), verbs->dev->name);
+        return;
+    }
+
+    ucs_debug("remapring: %s %s %s (status %d)", rdma_event_str(type),
+              vconn->is_rx ? "from" : "to", vconn->name, ev_status);
+    if (vconn->is_rx) {
+        switch (type) {
+        case RDMA_CM_EVENT_ESTABLISHED:
+            vconn->state = UCT_REMAPRING_VCONN_READY;
+            uct_remapring_vconn_send_credit(vconn);
+            break;
+        case RDMA_CM_EVENT_DISCONNECTED:
+        case RDMA_CM_EVENT_DEVICE_REMOVAL:
+        case RDMA_CM_EVENT_CONNECT_ERROR:
+        case RDMA_CM_EVENT_UNREACHABLE:
+            /* what arrived is delivered, then the ring goes */
+            if (vconn->state != UCT_REMAPRING_VCONN_CLOSED) {
+                vconn->state = UCT_REMAPRING_VCONN_CLOSED;
+                if (type == RDMA_CM_EVENT_DISCONNECTED) {
+                    rdma_disconnect(id);
+                }
+            }
+            if (vconn->failed) {
+                uct_remapring_rx_vconn_free(vconn);
+            } else {
+                uct_remapring_rx_vconn_set_active(vconn);
+            }
+            break;
+        default:
+            break;
+        }
+        return;
+    }
+
+    switch (type) {
+    case RDMA_CM_EVENT_ADDR_RESOLVED:
+        if (rdma_resolve_route(id, UCT_REMAPRING_VERBS_RESOLVE_MS) != 0) {
+            ucs_error("remapring: rdma_resolve_route(%s) failed: %m",
+                      vconn->name);
+            uct_remapring_tx_vconn_fail(vconn, UCS_ERR_UNREACHABLE,
+                                        "no route to it");
+        }
+        break;
+    case RDMA_CM_EVENT_ROUTE_RESOLVED:
+        uct_remapring_tx_vconn_connect(vconn);
+        break;
+    case RDMA_CM_EVENT_ESTABLISHED:
+        uct_remapring_tx_vconn_established(vconn, data, length);
+        break;
+    case RDMA_CM_EVENT_REJECTED:
+        rej = (const void*)data;
+        if ((length >= sizeof(*rej)) &&
+            (rej->magic == UCT_REMAPRING_VERBS_MAGIC)) {
+            ucs_diag("remapring: %s refused the connection: %s", vconn->name,
+                     ucs_status_string(rej->status));
+            uct_remapring_tx_vconn_fail(vconn, UCS_ERR_REJECTED,
+                                        (rej->status == UCS_ERR_NO_RESOURCE) ?
+                                        "no room for a ring in its pool" :
+                                        "it refused the connection");
+        } else {
+            uct_remapring_tx_vconn_fail(vconn, UCS_ERR_UNREACHABLE,
+                                        "nothing listens at its address");
+        }
+        break;
+    case RDMA_CM_EVENT_ADDR_ERROR:
+    case RDMA_CM_EVENT_ROUTE_ERROR:
+    case RDMA_CM_EVENT_UNREACHABLE:
+    case RDMA_CM_EVENT_CONNECT_ERROR:
+        uct_remapring_tx_vconn_fail(vconn, UCS_ERR_UNREACHABLE,
+                                    "its address cannot be reached");
+        break;
+    case RDMA_CM_EVENT_DISCONNECTED:
+    case RDMA_CM_EVENT_DEVICE_REMOVAL:
+        if (type == RDMA_CM_EVENT_DISCONNECTED) {
+            rdma_disconnect(id);
+        }
+        uct_remapring_tx_vconn_fail(vconn, UCS_ERR_CONNECTION_RESET,
+                                    "the receiver disconnected");
+        break;
+    default:
+        break;
+    }
+}
+
+static void uct_remapring_verbs_poll_cm(uct_remapring_iface_t *iface)
+{
+    uct_remapring_verbs_iface_t *verbs = uct_remapring_verbs(iface);
+    struct rdma_cm_event *event;
+
+    verbs->cm_calls = 0;
+    while (rdma_get_cm_event(verbs->channel, &event) == 0) {
+        uct_remapring_verbs_cm_event(iface, event);
+    }
+
+    if (errno != EAGAIN) {
+        ucs_debug("remapring: rdma_get_cm_event failed: %m");
+    }
+}
+
+unsigned uct_remapring_verbs_iface_progress(uct_iface_h tl_iface)
+{
+    uct_remapring_iface_t *iface = ucs_derived_of(tl_iface,
+                                                  uct_remapring_iface_t);
+    uct_remapring_verbs_iface_t *verbs = uct_remapring_verbs(iface);
+    uct_remapring_vconn_t *vconn, *tmp;
+    unsigned count = 0;
+
+    uct_remapring_verbs_poll_cq(iface);
+    ucs_list_for_each_safe(vconn, tmp, &verbs->rx_active, active_list) {
+        count += uct_remapring_rx_vconn_poll(vconn);
+    }
+
+    count += uct_remapring_ep_progress_pending(iface);
+    if (ucs_unlikely(++verbs->cm_calls >= UCT_REMAPRING_VERBS_CM_PERIOD)) {
+        uct_remapring_verbs_poll_cm(iface);
+    }
+
+    return count;
+}
+
+
+/* ------------------------------------------------------------ endpoints */
+
+static inline uct_remapring_ep_t *uct_remapring_verbs_ep(uct_ep_h tl_ep)
+{
+    return ucs_derived_of(tl_ep, uct_remapring_ep_t);
+}
+
+/* The connection of @a ep, if it can take requests; else the status */
+static ucs_status_t uct_remapring_verbs_ep_vconn(uct_ep_h tl_ep,
+                                                 uct_remapring_vconn_t **vconn_p)
+{
+    uct_remapring_peer_t *peer = uct_remapring_verbs_ep(tl_ep)->peer;
+
+    if (ucs_unlikely(peer->status != UCS_OK)) {
+        return peer->status;
+    }
+
+    if (ucs_unlikely((peer->vconn == NULL) ||
+                     (peer->vconn->state != UCT_REMAPRING_VCONN_READY))) {
+        return UCS_ERR_NO_RESOURCE;
+    }
+
+    *vconn_p = peer->vconn;
+    return UCS_OK;
+}
+
+static ucs_status_t uct_remapring_verbs_rkey(uct_rkey_t tl_rkey,
+                                             uint64_t address, size_t length,
+                                             uint32_t *rkey_p)
+{
+    const uct_remapring_verbs_rkey_t *rkey = (const void*)tl_rkey;
+
+    if ((tl_rkey == UCT_INVALID_RKEY) || (tl_rkey == 0) ||
+        (rkey->magic != UCT_REMAPRING_VERBS_RKEY_MAGIC)) {
+        if (length == 0) {
+            *rkey_p = 0;
+            return UCS_OK;
+        }
+        ucs_error("remapring: not a verbs remote key");
+        return UCS_ERR_INVALID_PARAM;
+    }
+
+    if ((address < rkey->address) || (length > rkey->length) ||
+        (address - rkey->address > rkey->length - length)) {
+        ucs_error("remapring: range 0x%" PRIx64 "+%zu is outside rkey"
+                  " 0x%" PRIx64 "+%" PRIu64, address, length, rkey->address,
+                  rkey->length);
+        return UCS_ERR_INVALID_PARAM;
+    }
+
+    *rkey_p = rkey->rkey;
+    return UCS_OK;
+}
+
+/* One RDMA WRITE or READ of the caller's registered buffers */
+static ucs_status_t
+uct_remapring_verbs_ep_rdma(uct_ep_h tl_ep, enum ibv_wr_opcode opcode,
+                            const uct_iov_t *iov, size_t iovcnt,
+                            uint64_t remote_addr, uct_rkey_t tl_rkey,
+                            uct_completion_t *comp)
+{
+    struct ibv_sge sges[UCT_REMAPRING_MAX_IOV];
+    struct ibv_send_wr wr = {};
+    const uct_remapring_memh_t *memh;
+    uct_remapring_vconn_t *vconn;
+    ucs_status_t status;
+    size_t i, length = 0;
+    uint32_t rkey;
+
+    UCT_CHECK_IOV_SIZE(iovcnt, UCT_REMAPRING_MAX_IOV, "remapring rdma");
+    status = uct_remapring_verbs_ep_vconn(tl_ep, &vconn);
+    if (status != UCS_OK) {
+        return status;
+    }
+
+    for (i = 0; i < iovcnt; ++i) {
+        memh = iov[i].memh;
+        if ((iov[i].count > 1) ||
+            ((iov[i].length > 0) && ((memh == UCT_MEM_HANDLE_NULL) ||
+                                     (memh->mr == NULL)))) {
+            ucs_error("remapring: rdma iov %zu: count %u, memh %p: a"
+                      " registered buffer of one element is needed", i,
+                      iov[i].count, memh);
+            return UCS_ERR_INVALID_PARAM;
+        }
+
+        uct_remapring_verbs_sge(&sges[i], iov[i].buffer, iov[i].length,
+                                (iov[i].length > 0) ? memh->mr->lkey : 0);
+        length += iov[i].length;
+    }
+
+    status = uct_remapring_verbs_rkey(tl_rkey, remote_addr, length, &rkey);
+    if (status != UCS_OK) {
+        return status;
+    }
+
+    wr.opcode              = opcode;
+    wr.sg_list             = sges;
+    wr.num_sge             = iovcnt;
+    wr.wr.rdma.remote_addr = remote_addr;
+    wr.wr.rdma.rkey        = rkey;
+    status = uct_remapring_vconn_post(vconn, &wr, 1, vconn->staging_head,
+                                      comp, NULL);
+    return (status == UCS_OK) ? UCS_INPROGRESS : status;
+}
+
+ucs_status_t uct_remapring_verbs_ep_put_zcopy(uct_ep_h tl_ep,
+                                              const uct_iov_t *iov,
+                                              size_t iovcnt,
+                                              uint64_t remote_addr,
+                                              uct_rkey_t rkey,
+                                              uct_completion_t *comp)
+{
+    return uct_remapring_verbs_ep_rdma(tl_ep, IBV_WR_RDMA_WRITE, iov, iovcnt,
+                                       remote_addr, rkey, comp);
+}
+
+ucs_status_t uct_remapring_verbs_ep_get_zcopy(uct_ep_h tl_ep,
+                                              const uct_iov_t *iov,
+                                              size_t iovcnt,
+                                              uint64_t remote_addr,
+                                              uct_rkey_t rkey,
+                                              uct_completion_t *comp)
+{
+    return uct_remapring_verbs_ep_rdma(tl_ep, IBV_WR_RDMA_READ, iov, iovcnt,
+                                       remote_addr, rkey, comp);
+}
+
+/* A write from the staging buffer: the caller's bytes are copied */
+static ucs_status_t
+uct_remapring_verbs_ep_put_staged(uct_remapring_vconn_t *vconn,
+                                  uint64_t pos, size_t length,
+                                  uint64_t remote_addr, uint32_t rkey)
+{
+    struct ibv_send_wr wr = {};
+    struct ibv_sge sge;
+
+    uct_remapring_verbs_sge(&sge,
+                            vconn->staging +
+                                    (pos & (vconn->staging_size - 1)),
+                            length, vconn->staging_mr->lkey);
+    wr.opcode              = IBV_WR_RDMA_WRITE;
+    wr.sg_list             = &sge;
+    wr.num_sge             = 1;
+    wr.wr.rdma.remote_addr = remote_addr;
+    wr.wr.rdma.rkey        = rkey;
+    return uct_remapring_vconn_post(vconn, &wr, 0, vconn->staging_head, NULL,
+                                    NULL);
+}
+
+ucs_status_t uct_remapring_verbs_ep_put_short(uct_ep_h tl_ep,
+                                              const void *buffer,
+                                              unsigned length,
+                                              uint64_t remote_addr,
+                                              uct_rkey_t tl_rkey)
+{
+    uct_remapring_iface_t *iface = ucs_derived_of(tl_ep->iface,
+                                                  uct_remapring_iface_t);
+    uct_remapring_vconn_t *vconn;
+    ucs_status_t status;
+    uint64_t pos;
+    uint32_t rkey;
+    void *dst;
+
+    UCT_CHECK_PARAM(length <= iface->tx.max_short,
+                    "Invalid put_short length: %u (expected: <= %zu)", length,
+                    iface->tx.max_short);
+    status = uct_remapring_verbs_ep_vconn(tl_ep, &vconn);
+    if (status != UCS_OK) {
+        return status;
+    }
+
+    status = uct_remapring_verbs_rkey(tl_rkey, remote_addr, length, &rkey);
+    if (status != UCS_OK) {
+        return status;
+    }
+
+    if (vconn->sq_avail < 2) {
+        return UCS_ERR_NO_RESOURCE;
+    }
+
+    dst = uct_remapring_vconn_staging(vconn, length, &pos);
+    if (dst == NULL) {
+        return UCS_ERR_NO_RESOURCE;
+    }
+
+    memcpy(dst, buffer, length);
+    return uct_remapring_verbs_ep_put_staged(vconn, pos, length, remote_addr,
+                                             rkey);
+}
+
+ssize_t uct_remapring_verbs_ep_put_bcopy(uct_ep_h tl_ep,
+                                         uct_pack_callback_t pack_cb,
+                                         void *arg, uint64_t remote_addr,
+                                         uct_rkey_t tl_rkey)
+{
+    uct_remapring_iface_t *iface = ucs_derived_of(tl_ep->iface,
+                                                  uct_remapring_iface_t);
+    uct_remapring_vconn_t *vconn;
+    ucs_status_t status;
+    uint64_t pos, saved;
+    size_t length;
+    uint32_t rkey;
+    void *dst;
+
+    status = uct_remapring_verbs_ep_vconn(tl_ep, &vconn);
+    if (status != UCS_OK) {
+        return status;
+    }
+
+    if (vconn->sq_avail < 2) {
+        return UCS_ERR_NO_RESOURCE;
+    }
+
+    saved = vconn->staging_head;
+    dst   = uct_remapring_vconn_staging(vconn, iface->tx.max_bcopy, &pos);
+    if (dst == NULL) {
+        return UCS_ERR_NO_RESOURCE;
+    }
+
+    length = pack_cb(dst, arg);
+    if (length > iface->tx.max_bcopy) {
+        ucs_error("remapring: put_bcopy packed %zu bytes, more than %zu",
+                  length, iface->tx.max_bcopy);
+        vconn->staging_head = saved;
+        return UCS_ERR_INVALID_PARAM;
+    }
+
+    status = uct_remapring_verbs_rkey(tl_rkey, remote_addr, length, &rkey);
+    if (status != UCS_OK) {
+        vconn->staging_head = saved;
+        return status;
+    }
+
+    status = uct_remapring_verbs_ep_put_staged(vconn, pos, length,
+                                               remote_addr, rkey);
+    return (status == UCS_OK) ? (ssize_t)length : status;
+}
+
+ucs_status_t uct_remapring_verbs_ep_get_bcopy(uct_ep_h tl_ep,
+                                              uct_unpack_callback_t unpack_cb,
+                                              void *arg, size_t length,
+                                              uint64_t remote_addr,
+                                              uct_rkey_t tl_rkey,
+                                              uct_completion_t *comp)
+{
+    uct_remapring_iface_t *iface = ucs_derived_of(tl_ep->iface,
+                                                  uct_remapring_iface_t);
+    uct_remapring_verbs_op_t *op;
+    struct ibv_send_wr wr = {};
+    uct_remapring_vconn_t *vconn;
+    struct ibv_sge sge;
+    ucs_status_t status;
+    uint64_t pos, saved;
+    uint32_t rkey;
+    void *dst;
+
+    UCT_CHECK_LENGTH(length, 0, iface->tx.max_bcopy, "get_bcopy");
+    status = uct_remapring_verbs_ep_vconn(tl_ep, &vconn);
+    if (status != UCS_OK) {
+        return status;
+    }
+
+    status = uct_remapring_verbs_rkey(tl_rkey, remote_addr, length, &rkey);
+    if (status != UCS_OK) {
+        return status;
+    }
+
+    saved = vconn->staging_head;
+    dst   = uct_remapring_vconn_staging(vconn, length, &pos);
+    if (dst == NULL) {
+        return UCS_ERR_NO_RESOURCE;
+    }
+
+    uct_remapring_verbs_sge(&sge, dst, length, vconn->staging_mr->lkey);
+    wr.opcode              = IBV_WR_RDMA_READ;
+    wr.sg_list             = &sge;
+    wr.num_sge             = 1;
+    wr.wr.rdma.remote_addr = remote_addr;
+    wr.wr.rdma.rkey        = rkey;
+    status = uct_remapring_vconn_post(vconn, &wr, 1, vconn->staging_head,
+                                      comp, &op);
+    if (status != UCS_OK) {
+        vconn->staging_head = saved;
+        return status;
+    }
+
+    op->unpack_cb     = unpack_cb;
+    op->unpack_arg    = arg;
+    op->unpack_data   = dst;
+    op->unpack_length = length;
+    return UCS_INPROGRESS;
+}
+
+/* What this connection has in flight completes; with @a comp, it is called
+ * then */
+static ucs_status_t uct_remapring_vconn_flush(uct_remapring_vconn_t *vconn,
+                                              uct_completion_t *comp)
+{
+    struct ibv_send_wr wr = {};
+    ucs_status_t status;
+
+    if ((vconn->ops_count == 0) && (vconn->unsignaled == 0)) {
+        return UCS_OK;
+    }
+
+    if ((comp == NULL) && (vconn->unsignaled == 0)) {
+        return UCS_INPROGRESS; /* the last one is signaled */
+    }
+
+    /* an empty write after the others, to be told when they are done */
+    wr.opcode = IBV_WR_RDMA_WRITE;
+    uct_remapring_vconn_remote(vconn, vconn->tail, &wr.wr.rdma.remote_addr,
+                               &wr.wr.rdma.rkey);
+    status = uct_remapring_vconn_post(vconn, &wr, 1, vconn->staging_head,
+                                      comp, NULL);
+    return (status == UCS_OK) ? UCS_INPROGRESS : status;
+}
+
+ucs_status_t uct_remapring_verbs_ep_flush(uct_ep_h tl_ep, unsigned flags,
+                                          uct_completion_t *comp)
+{
+    uct_remapring_peer_t *peer = uct_remapring_verbs_ep(tl_ep)->peer;
+    ucs_status_t status;
+
+    /* pending requests first, as on the other wires */
+    status = uct_remapring_ep_flush(tl_ep, flags, comp);
+    if ((status != UCS_OK) || (flags & UCT_FLUSH_FLAG_CANCEL)) {
+        return status;
+    }
+
+    if (peer->status != UCS_OK) {
+        return peer->status;
+    }
+
+    if ((peer->vconn == NULL) ||
+        (peer->vconn->state != UCT_REMAPRING_VCONN_READY)) {
+        /* nothing was sent: sends wait for the connection */
+        return UCS_OK;
+    }
+
+    status = uct_remapring_vconn_flush(peer->vconn, comp);
+    if (status == UCS_INPROGRESS) {
+        UCT_TL_EP_STAT_FLUSH_WAIT(ucs_derived_of(tl_ep, uct_base_ep_t));
+    }
+    return status;
+}
+
+ucs_status_t uct_remapring_verbs_ep_check(uct_ep_h tl_ep, unsigned flags,
+                                          uct_completion_t *comp)
+{
+    uct_remapring_vconn_t *vconn;
+
+    UCT_EP_KEEPALIVE_CHECK_PARAM(flags, comp);
+    /* an empty write: a receiver host that is gone fails it after the
+     * retries; a receiver process that is gone disconnected already */
+    if ((uct_remapring_verbs_ep_vconn(tl_ep, &vconn) == UCS_OK) &&
+        (vconn->sq_avail > 1)) {
+        (void)uct_remapring_vconn_flush(vconn, NULL);
+    }
+
+    return UCS_OK;
+}
+
+ucs_status_t uct_remapring_verbs_iface_flush(uct_iface_h tl_iface,
+                                             unsigned flags,
+                                             uct_completion_t *comp)
+{
+    uct_remapring_iface_t *iface = ucs_derived_of(tl_iface,
+                                                  uct_remapring_iface_t);
+    uct_remapring_peer_t *peer;
+    ucs_status_t status = UCS_OK;
+
+    if (comp != NULL) {
+        return UCS_ERR_UNSUPPORTED;
+    }
+
+    if (!ucs_list_is_empty(&iface->tx.blocked) ||
+        (iface->tx.nerrs_queued > 0)) {
+        status = UCS_INPROGRESS;
+    }
+
+    kh_foreach_value(&iface->tx.peers, peer, {
+        if ((peer->status == UCS_OK) && (peer->vconn != NULL) &&
+            (peer->vconn->state == UCT_REMAPRING_VCONN_READY) &&
+            (uct_remapring_vconn_flush(peer->vconn, NULL) != UCS_OK)) {
+            status = UCS_INPROGRESS;
+        }
+    })
+
+    if (status == UCS_OK) {
+        UCT_TL_IFACE_STAT_FLUSH(&iface->super);
+    } else {
+        UCT_TL_IFACE_STAT_FLUSH_WAIT(&iface->super);
+    }
+    return status;
+}
+
+
+/* ------------------------------------------------------------ interface */
+
+ucs_status_t uct_remapring_verbs_iface_get_address(uct_iface_h tl_iface,
+                                                   uct_iface_addr_t *addr)
+{
+    uct_remapring_iface_t *iface = ucs_derived_of(tl_iface,
+                                                  uct_remapring_iface_t);
+    uct_remapring_verbs_iface_addr_t *verbs_addr = (void*)addr;
+
+    verbs_addr->magic       = UCT_REMAPRING_VERBS_ADDR_MAGIC;
+    verbs_addr->port        = iface->verbs->cm_port;
+    verbs_addr->version     = UCT_REMAPRING_VERBS_VERSION;
+    verbs_addr->iface_id    = iface->id;
+    verbs_addr->max_payload = iface->rx.max_payload;
+    return UCS_OK;
+}
+
+ucs_status_t uct_remapring_verbs_iface_get_device_address(uct_iface_h tl_iface,
+                                                          uct_device_addr_t *addr)
+{
+    uct_remapring_iface_t *iface = ucs_derived_of(tl_iface,
+                                                  uct_remapring_iface_t);
+    uct_remapring_verbs_dev_addr_t *dev_addr = (void*)addr;
+    const struct sockaddr_storage *ss        = &iface->verbs->addr;
+
+    memset(dev_addr, 0, sizeof(*dev_addr));
+    dev_addr->magic  = UCT_REMAPRING_VERBS_MAGIC;
+    dev_addr->family = ss->ss_family;
+    if (ss->ss_family == AF_INET) {
+        memcpy(dev_addr->ip, &((const struct sockaddr_in*)ss)->sin_addr, 4);
+    } else {
+        memcpy(dev_addr->ip, &((const struct sockaddr_in6*)ss)->sin6_addr,
+               16);
+    }
+    return UCS_OK;
+}
+
+int uct_remapring_verbs_iface_is_reachable(const uct_iface_h tl_iface,
+                                           const uct_device_addr_t *dev_addr,
+                                           const uct_iface_addr_t *iface_addr)
+{
+    uct_remapring_iface_t *iface = ucs_derived_of(tl_iface,
+                                                  uct_remapring_iface_t);
+    const uct_remapring_verbs_iface_addr_t *addr = (const void*)iface_addr;
+    const uct_remapring_verbs_dev_addr_t *dev    = (const void*)dev_addr;
+
+    /* the shm transport's addresses are of another kind: the magic is
+     * checked before anything else is read */
+    return (addr != NULL) && (dev != NULL) &&
+           (addr->magic == UCT_REMAPRING_VERBS_ADDR_MAGIC) &&
+           (addr->version == UCT_REMAPRING_VERBS_VERSION) &&
+           (dev->magic == UCT_REMAPRING_VERBS_MAGIC) &&
+           (dev->family == iface->verbs->addr.ss_family) &&
+           (addr->max_payload >= iface->tx.max_bcopy);
+}
+
+ucs_status_t uct_remapring_verbs_iface_query(uct_iface_h tl_iface,
+                                             uct_iface_attr_t *iface_attr)
+{
+    uct_remapring_iface_t *iface = ucs_derived_of(tl_iface,
+                                                  uct_remapring_iface_t);
+    uct_remapring_verbs_iface_t *verbs = uct_remapring_verbs(iface);
+    size_t max_bcopy                   = ucs_min(iface->tx.max_bcopy,
+                                                 verbs->staging_size / 2);
+
+    uct_base_iface_query(&iface->super, iface_attr);
+
+    iface_attr->cap.flags = UCT_IFACE_FLAG_AM_SHORT |
+                            UCT_IFACE_FLAG_AM_BCOPY |
+                            UCT_IFACE_FLAG_AM_ZCOPY |
+                            UCT_IFACE_FLAG_PUT_SHORT |
+                            UCT_IFACE_FLAG_PUT_BCOPY |
+                            UCT_IFACE_FLAG_PUT_ZCOPY |
+                            UCT_IFACE_FLAG_GET_BCOPY |
+                            UCT_IFACE_FLAG_GET_ZCOPY |
+                            UCT_IFACE_FLAG_PENDING |
+                            UCT_IFACE_FLAG_CB_SYNC |
+                            UCT_IFACE_FLAG_CONNECT_TO_IFACE |
+                            UCT_IFACE_FLAG_ERRHANDLE_PEER_FAILURE |
+                            UCT_IFACE_FLAG_EP_CHECK;
+
+    iface_attr->cap.am.max_short       = iface->tx.max_short;
+    iface_attr->cap.am.max_bcopy       = iface->tx.max_bcopy;
+    iface_attr->cap.am.min_zcopy       = 0;
+    iface_attr->cap.am.max_zcopy       = iface->tx.max_bcopy -
+                                         UCT_REMAPRING_AM_MAX_HDR;
+    iface_attr->cap.am.opt_zcopy_align = 1;
+    iface_attr->cap.am.align_mtu       = 1;
+    iface_attr->cap.am.max_hdr         = UCT_REMAPRING_AM_MAX_HDR;
+    iface_attr->cap.am.max_iov         = UCT_REMAPRING_MAX_IOV;
+
+    iface_attr->cap.put.max_short       = iface->tx.max_short;
+    iface_attr->cap.put.max_bcopy       = max_bcopy;
+    iface_attr->cap.put.min_zcopy       = 0;
+    iface_attr->cap.put.max_zcopy       = 1ul << 30;
+    iface_attr->cap.put.opt_zcopy_align = 1;
+    iface_attr->cap.put.align_mtu       = 1;
+    iface_attr->cap.put.max_iov         = UCT_REMAPRING_MAX_IOV;
+    iface_attr->cap.get.max_bcopy       = max_bcopy;
+    iface_attr->cap.get.min_zcopy       = 0;
+    iface_attr->cap.get.max_zcopy       = 1ul << 30;
+    iface_attr->cap.get.opt_zcopy_align = 1;
+    iface_attr->cap.get.align_mtu       = 1;
+    iface_attr->cap.get.max_iov         = UCT_REMAPRING_MAX_IOV;
+
+    iface_attr->device_addr_len = sizeof(uct_remapring_verbs_dev_addr_t);
+    iface_attr->iface_addr_len  = sizeof(uct_remapring_verbs_iface_addr_t);
+    iface_attr->ep_addr_len     = 0;
+
+    iface_attr->latency             = ucs_linear_func_make(iface->perf.latency,
+                                                           0);
+    iface_attr->bandwidth.dedicated = iface->perf.bandwidth;
+    iface_attr->bandwidth.shared    = 0;
+    iface_attr->overhead            = iface->perf.overhead;
+    iface_attr->priority            = 0;
+    return UCS_OK;
+}
+
+/* Pinned mode: each chunk of the pool is registered as it is made */
+static ucs_status_t uct_remapring_verbs_pool_grown(void *arg, uint32_t first,
+                                                   unsigned count, void *addr)
+{
+    uct_remapring_iface_t *iface       = arg;
+    uct_remapring_verbs_iface_t *verbs = uct_remapring_verbs(iface);
+    struct ibv_mr **mrs, *mr;
+    unsigned i;
+
+    mr = ibv_reg_mr(verbs->dev->pd, addr,
+                    (size_t)count * verbs->pool_block_size,
+                    IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE);
+    if (mr == NULL) {
+        ucs_error("remapring: registration of pool blocks %u..%u on %s"
+                  " failed: %m", first, first + count - 1, verbs->dev->name);
+        return UCS_ERR_IO_ERROR;
+    }
+
+    mrs = ucs_realloc(verbs->pool_mrs, (verbs->npool_mrs + 1) * sizeof(*mrs),
+                      "remapring_pool_mrs");
+    if (mrs == NULL) {
+        ibv_dereg_mr(mr);
+        return UCS_ERR_NO_MEMORY;
+    }
+
+    mrs[verbs->npool_mrs++] = mr;
+    verbs->pool_mrs         = mrs;
+    for (i = 0; i < count; ++i) {
+        verbs->pool_rkeys[first + i] = mr->rkey;
+    }
+
+    return UCS_OK;
+}
+
+/* Bandwidth of the port, from its speed and width */
+static double uct_remapring_verbs_port_bw(const struct ibv_port_attr *attr)
+{
+    static const struct {
+        uint8_t speed;
+        double  gbps;
+    } speeds[] = {{1, 2.5}, {2, 5}, {4, 10}, {8, 10}, {16, 14}, {32, 25},
+                  {64, 50}, {128, 100}};
+    static const uint8_t widths[] = {1, 4, 8, 12, 2};
+    double gbps = 10, lanes = 1;
+    unsigned i;
+
+    for (i = 0; i < ucs_static_array_size(speeds); ++i) {
+        if (attr->active_speed == speeds[i].speed) {
+            gbps = speeds[i].gbps;
+        }
+    }
+
+    for (i = 0; i < ucs_static_array_size(widths); ++i) {
+        if (attr->active_width == UCS_BIT(i)) {
+            lanes = widths[i];
+        }
+    }
+
+    return gbps * lanes * 1e9 / 8;
+}
+
+ucs_status_t
+uct_remapring_verbs_iface_init(uct_remapring_iface_t *iface,
+                               const char *dev_name,
+                               const uct_remapring_iface_config_t *config,
+                               uct_remapring_pool_params_t *pool_params)
+{
+    uct_remapring_md_t *md = ucs_derived_of(iface->super.md,
+                                            uct_remapring_md_t);
+    uct_remapring_verbs_dev_t *dev = md->verbs;
+    uct_remapring_verbs_iface_t *verbs;
+    struct ibv_srq_init_attr srq_attr = {};
+    struct ibv_port_attr port_attr;
+    const char *colon;
+    ucs_status_t status;
+    unsigned long port;
+    char *end;
+
+    colon = strrchr(dev_name, ':');
+    port  = (colon != NULL) ? strtoul(colon + 1, &end, 10) : 0;
+    if ((colon == NULL) || (*end != '\0') || (port == 0) || (port > 255) ||
+        strncmp(dev_name, dev->name, colon - dev_name) ||
+        (strlen(dev->name) != (size_t)(colon - dev_name))) {
+        ucs_error("remapring: %s is not a port of %s", dev_name, dev->name);
+        return UCS_ERR_NO_DEVICE;
+    }
+
+    verbs = ucs_calloc(1, sizeof(*verbs), "uct_remapring_verbs_iface_t");
+    if (verbs == NULL) {
+        ucs_error("remapring: failed to allocate the verbs interface");
+        return UCS_ERR_NO_MEMORY;
+    }
+
+    iface->verbs    = verbs;
+    verbs->dev      = dev;
+    verbs->port_num = port;
+    ucs_list_head_init(&verbs->rx_conns);
+    ucs_list_head_init(&verbs->rx_active);
+    ucs_list_head_init(&verbs->zombies);
+    kh_init_inplace(uct_remapring_vconns, &verbs->qps);
+
+    if ((ibv_query_port(dev->ctx, verbs->port_num, &port_attr) != 0) ||
+        !uct_remapring_verbs_port_addr(dev->ctx, verbs->port_num,
+                                       &verbs->addr)) {
+        ucs_error("remapring: %s has no IP address", dev_name);
+        status = UCS_ERR_NO_DEVICE;
+        goto err;
+    }
+
+    if (config->verbs_mode == UCT_REMAPRING_VERBS_MODE_AUTO) {
+        verbs->mode = dev->odp ? UCT_REMAPRING_VERBS_MODE_ODP :
+                                 UCT_REMAPRING_VERBS_MODE_PINNED;
+    } else if ((config->verbs_mode == UCT_REMAPRING_VERBS_MODE_ODP) &&
+               !dev->odp) {
+        ucs_error("remapring: UCX_REMAPRING_VERBS_MODE=odp, but %s reports"
+                  " no ODP for RC WRITE and READ", dev->name);
+        status = UCS_ERR_UNSUPPORTED;
+        goto err;
+    } else {
+        verbs->mode = config->verbs_mode;
+    }
+
+    verbs->sq_size         = config->verbs_sq_size;
+    verbs->srq_size        = config->verbs_srq_size;
+    verbs->sig_every       = ucs_max(verbs->sq_size / 8, 1u);
+    verbs->timeout         = config->verbs_timeout;
+    verbs->pool_block_size = config->block_size;
+    verbs->staging_size    = ucs_roundup_pow2(
+            (config->verbs_staging == UCS_MEMUNITS_AUTO) ?
+            config->block_size * config->ring_slots : config->verbs_staging);
+
+    if (config->bandwidth == UCS_CONFIG_BW_AUTO) {
+        iface->perf.bandwidth = uct_remapring_verbs_port_bw(&port_attr);
+    }
+    if (config->latency == UCS_TIME_AUTO) {
+        iface->perf.latency = UCT_REMAPRING_VERBS_LAT_US * 1e-6;
+    }
+    if (config->overhead == UCS_TIME_AUTO) {
+        iface->perf.overhead = UCT_REMAPRING_VERBS_OVH_US * 1e-6;
+    }
+
+    if (verbs->mode == UCT_REMAPRING_VERBS_MODE_PINNED) {
+        /* a pinned page stays the device's: never punched out */
+        pool_params->punch    = 0;
+        pool_params->grow_cb  = uct_remapring_verbs_pool_grown;
+        pool_params->grow_arg = iface;
+        verbs->pool_rkeys     = ucs_calloc(pool_params->max_blocks,
+                                           sizeof(*verbs->pool_rkeys),
+                                           "remapring_pool_rkeys");
+        if (verbs->pool_rkeys == NULL) {
+            ucs_error("remapring: failed to allocate keys of %u blocks",
+                      pool_params->max_blocks);
+            status = UCS_ERR_NO_MEMORY;
+            goto err;
+        }
+    }
+
+    verbs->cq = ibv_create_cq(dev->ctx, verbs->srq_size + verbs->sq_size,
+                              NULL, NULL, 0);
+    if (verbs->cq == NULL) {
+        ucs_error("remapring: ibv_create_cq(%s) failed: %m", dev->name);
+        status = UCS_ERR_IO_ERROR;
+        goto err;
+    }
+
+    srq_attr.attr.max_wr  = verbs->srq_size;
+    srq_attr.attr.max_sge = 1;
+    verbs->srq = ibv_create_srq(dev->pd, &srq_attr);
+    if (verbs->srq == NULL) {
+        ucs_error("remapring: ibv_create_srq(%s, %u) failed: %m", dev->name,
+                  verbs->srq_size);
+        status = UCS_ERR_IO_ERROR;
+        goto err;
+    }
+
+    verbs->srq_size = ucs_min(verbs->srq_size, srq_attr.attr.max_wr);
+    uct_remapring_verbs_post_recvs(verbs);
+
+    verbs->channel = rdma_create_event_channel();
+    if (verbs->channel == NULL) {
+        ucs_error("remapring: rdma_create_event_channel failed: %m");
+        status = UCS_ERR_IO_ERROR;
+        goto err;
+    }
+
+    if (fcntl(verbs->channel->fd, F_SETFL,
+              fcntl(verbs->channel->fd, F_GETFL) | O_NONBLOCK) != 0) {
+        ucs_error("remapring: cannot make the rdma_cm channel non-blocking:"
+                  " %m");
+        status = UCS_ERR_IO_ERROR;
+        goto err;
+    }
+
+    return UCS_OK;
+
+err:
+    uct_remapring_verbs_iface_cleanup(iface);
+    return status;
+}
+
+ucs_status_t uct_remapring_verbs_iface_listen(uct_remapring_iface_t *iface)
+{
+    uct_remapring_verbs_iface_t *verbs = uct_remapring_verbs(iface);
+    struct sockaddr_storage addr       = verbs->addr;
+    char name[64];
+
+    if (rdma_create_id(verbs->channel, &verbs->listen_id, NULL,
+                       RDMA_PS_TCP) != 0) {
+        ucs_error("remapring: rdma_create_id failed: %m");
+        return UCS_ERR_IO_ERROR;
+    }
+
+    if ((rdma_bind_addr(verbs->listen_id, (struct sockaddr*)&addr) != 0) ||
+        (rdma_listen(verbs->listen_id, 128) != 0)) {
+        uct_remapring_verbs_addr_str((struct sockaddr*)&addr, name,
+                                     sizeof(name));
+        ucs_error("remapring: listening on %s failed: %m", name);
+        return UCS_ERR_IO_ERROR;
+    }
+
+    verbs->cm_port = rdma_get_src_port(verbs->listen_id);
+    uct_remapring_verbs_addr_str(rdma_get_local_addr(verbs->listen_id), name,
+                                 sizeof(name));
+    ucs_info("remapring: %s:%u listens on %s, %s mode%s", verbs->dev->name,
+             verbs->port_num, name, uct_remapring_verbs_mode_str(verbs->mode),
+             ((verbs->mode == UCT_REMAPRING_VERBS_MODE_ODP) &&
+              (verbs->dev->odp_rec_align > UCT_REMAPRING_RING_ALIGN)) ?
+             ", records on pages" : "");
+    return UCS_OK;
+}
+
+void uct_remapring_verbs_iface_cleanup(uct_remapring_iface_t *iface)
+{
+    uct_remapring_verbs_iface_t *verbs = uct_remapring_verbs(iface);
+    uct_remapring_vconn_t *vconn, *tmp;
+    unsigned i;
+
+    if (verbs == NULL) {
+        return;
+    }
+
+    ucs_list_for_each_safe(vconn, tmp, &verbs->rx_conns, list) {
+        uct_remapring_rx_vconn_free(vconn);
+    }
+
+    /* connections of endpoints the user left behind */
+    kh_foreach_value(&verbs->qps, vconn, {
+        if (!vconn->is_rx && (vconn->qp != NULL)) {
+            rdma_destroy_qp(vconn->id);
+            vconn->qp = NULL;
+        }
+    })
+
+    uct_remapring_verbs_reap(verbs);
+
+    if (verbs->listen_id != NULL) {
+        rdma_destroy_id(verbs->listen_id);
+    }
+    if (verbs->channel != NULL) {
+        rdma_destroy_event_channel(verbs->channel);
+    }
+    if (verbs->srq != NULL) {
+        ibv_destroy_srq(verbs->srq);
+    }
+    if (verbs->cq != NULL) {
+        ibv_destroy_cq(verbs->cq);
+    }
+    for (i = 0; i < verbs->npool_mrs; ++i) {
+        ibv_dereg_mr(verbs->pool_mrs[i]);
+    }
+
+    kh_destroy_inplace(uct_remapring_vconns, &verbs->qps);
+    ucs_free(verbs->pool_mrs);
+    ucs_free(verbs->pool_rkeys);
+    ucs_free(verbs);
+    iface->verbs = NULL;
+}

@@ -1,0 +1,431 @@
+/**
+ * Copyright (c) remapring contributors. See file LICENSE for terms.
+ */
+
+#ifndef UCT_REMAPRING_VERBS_H_
+#define UCT_REMAPRING_VERBS_H_
+
+/*
+ * The verbs wire: the ring over RDMA, between hosts.
+ *
+ * Devices are the ports of the verbs devices that carry an IP address
+ * (RoCE: an IPv4-mapped GID), "rxe0:1"; each has its memory domain (the
+ * device's protection domain, registrations through the memory cache) and
+ * interfaces of its own, with their own receive pool and rings. Connection
+ * setup is rdma_cm's: an interface listens on its port's address (the
+ * device address) and an ephemeral port (in the interface address); a
+ * sender resolves the address, creates its RC QP and connects with its
+ * wishes in the request's private data; the receiver makes the ring, its
+ * QP, and accepts with the ring's geometry in the reply. No other transport
+ * is needed. One CQ and one SRQ per interface serve every QP of it, both
+ * directions: progress is O(active peers).
+ *
+ * Records: the writer copies a record into its staging buffer (registered)
+ * and RDMA-WRITEs it to its ring offset; the last write of a send carries
+ * the new tail in its immediate data (in 64-byte units), so the reader sees
+ * the tail only from a completion, once every byte below it is placed:
+ * TAIL commit, never a poll of the last byte (an HCA may place the bytes of
+ * one write in any order). A PAD record is its own write, before the
+ * record. Credits come back as a WRITE with immediate from the receiver
+ * (the new limit in slots); a writer out of credit tells the receiver with
+ * an empty write whose immediate carries the STALL bit, and its grant
+ * doubles as on the shm wire.
+ *
+ * Modes, chosen from what the device reports (UCX_REMAPRING_VERBS_MODE):
+ *   odp     the ring view is registered with explicit On-Demand Paging; the
+ *           writer writes to view + (offset % W), and a block the receiver
+ *           remaps under a slot (mmap MAP_FIXED) is followed by the device
+ *           through the kernel's MMU notifier, as the CPU follows it.
+ *   pinned  the pool is registered as it grows (pinned); with each credit
+ *           the receiver writes the address and rkey of the block behind
+ *           each newly credited slot into the sender's slot table (a small
+ *           registered array), before the immediate that credits them; the
+ *           writer writes there. No copy, no remap, and no page of the pool
+ *           is ever punched out (a pinned page would stay the device's).
+ *
+ * Ordering: RC executes the requests of a QP in order, and a completion
+ * for a receive (the immediate) is reported only after the data of that
+ * write and of every earlier one on the QP is placed. A staging byte is
+ * reused only after the signaled request that covers it completed. The
+ * slot table entries of a credit are written by the same QP's earlier
+ * bytes of the credit's own write, so the writer reads them after the
+ * credit's completion.
+ *
+ * A connection fails on a completion in error, a QP or CM error, or the
+ * peer's DISCONNECTED (the kernel of a process that exits disconnects its
+ * QPs): the sender's endpoints get UCT's error handling, the receiver
+ * drains what arrived and frees the ring.
+ */
+
+#include "remapring_iface.h"
+
+#include <infiniband/verbs.h>
+#include <rdma/rdma_cma.h>
+
+#include <ucs/datastruct/khash.h>
+#include <ucs/datastruct/list.h>
+#include <ucs/datastruct/queue.h>
+
+#include <netinet/in.h>
+#include <sys/socket.h>
+
+
+#define UCT_REMAPRING_VERBS_MAGIC      0x726d7662u /* "bvmr" */
+#define UCT_REMAPRING_VERBS_VERSION    1
+#define UCT_REMAPRING_VERBS_RKEY_MAGIC 0x79656b7362726576ull /* "verbskey" */
+/* Immediate data of a record write: the tail in 64-byte units, and a bit
+ * for "out of credit" */
+#define UCT_REMAPRING_VERBS_IMM_STALL  0x80000000u
+#define UCT_REMAPRING_VERBS_IMM_MASK   0x7fffffffu
+
+
+/**
+ * A verbs device, as its memory domain opened it.
+ */
+typedef struct uct_remapring_verbs_dev {
+    struct ibv_context *ctx;  /* rdma_cm's context of the device */
+    struct ibv_pd      *pd;
+    int                odp;   /* explicit ODP for RC WRITE and READ */
+    unsigned           odp_rec_align; /* record alignment in odp mode */
+    unsigned           max_rd_atomic;
+    char               name[IBV_SYSFS_NAME_MAX];
+} uct_remapring_verbs_dev_t;
+
+
+/**
+ * Device address: the IP address of the port, which rdma_cm resolves.
+ */
+typedef struct uct_remapring_verbs_dev_addr {
+    uint32_t magic;  /* UCT_REMAPRING_VERBS_MAGIC */
+    uint8_t  family; /* AF_INET or AF_INET6 */
+    uint8_t  reserved[3];
+    uint8_t  ip[16];
+} UCS_S_PACKED uct_remapring_verbs_dev_addr_t;
+
+
+/**
+ * Interface address. It starts with a word that no shm interface address
+ * starts with (a pid of -1), so that the shm transport refuses it.
+ */
+typedef struct uct_remapring_verbs_iface_addr {
+    uint32_t magic;       /* ~0: not a pid */
+    uint16_t port;        /* rdma_cm port, network order */
+    uint16_t version;
+    uint64_t iface_id;
+    uint32_t max_payload; /* largest payload the receiver's rings take */
+} UCS_S_PACKED uct_remapring_verbs_iface_addr_t;
+
+#define UCT_REMAPRING_VERBS_ADDR_MAGIC 0xffffffffu
+
+
+/**
+ * Remote key of a verbs registration.
+ */
+typedef struct uct_remapring_verbs_rkey {
+    uint64_t magic;   /* UCT_REMAPRING_VERBS_RKEY_MAGIC */
+    uint64_t address;
+    uint64_t length;
+    uint32_t rkey;
+    uint32_t check;
+} UCS_S_PACKED uct_remapring_verbs_rkey_t;
+
+
+/**
+ * Entry of a sender's slot table (pinned mode): where the block behind a
+ * slot is in the receiver's memory.
+ */
+typedef struct uct_remapring_verbs_slot {
+    uint64_t addr;
+    uint32_t rkey;
+    uint32_t reserved;
+} uct_remapring_verbs_slot_t;
+
+
+/**
+ * Private data of a connection request (sender -> receiver).
+ */
+typedef struct uct_remapring_verbs_req {
+    uint32_t magic;
+    uint16_t version;
+    uint16_t reserved;
+    uint64_t iface_id;    /* the receiving interface the sender wants */
+    uint64_t sender_id;
+    uint64_t table_addr;  /* sender's slot table, for pinned mode */
+    uint32_t table_rkey;
+    uint32_t max_payload; /* largest payload the sender sends */
+} UCS_S_PACKED uct_remapring_verbs_req_t;
+
+
+/**
+ * Private data of the reply (receiver -> sender): the ring's geometry.
+ */
+typedef struct uct_remapring_verbs_rep {
+    uint32_t magic;
+    uint16_t version;
+    uint16_t mode;        /* uct_remapring_verbs_mode_t, ODP or PINNED */
+    uint64_t view_addr;   /* odp: the ring view */
+    uint64_t nonce;
+    uint32_t view_rkey;
+    uint32_t block_size;
+    uint32_t nslots;
+    uint32_t reserve;
+    uint32_t inline_max;
+    uint32_t align;
+    uint32_t align_offset;
+    uint32_t rec_align;   /* records start on multiples of it */
+} UCS_S_PACKED uct_remapring_verbs_rep_t;
+
+
+/**
+ * Private data of a reject: why.
+ */
+typedef struct uct_remapring_verbs_rej {
+    uint32_t magic;
+    int32_t  status;      /* ucs_status_t */
+} UCS_S_PACKED uct_remapring_verbs_rej_t;
+
+
+typedef enum {
+    UCT_REMAPRING_VCONN_RESOLVING, /* sender: address and route */
+    UCT_REMAPRING_VCONN_CONNECTING, /* request sent, or accepted */
+    UCT_REMAPRING_VCONN_READY,
+    UCT_REMAPRING_VCONN_CLOSED,    /* disconnected or failed */
+} uct_remapring_vconn_state_t;
+
+
+/**
+ * A signaled send request and what completes with it.
+ */
+typedef struct uct_remapring_verbs_op {
+    unsigned              nwr;          /* requests it completes */
+    uint64_t              staging_end;  /* staging freed up to here */
+    uct_completion_t      *comp;        /* or NULL */
+    uct_unpack_callback_t unpack_cb;    /* get_bcopy: data to unpack */
+    void                  *unpack_arg;
+    void                  *unpack_data;
+    size_t                unpack_length;
+} uct_remapring_verbs_op_t;
+
+
+typedef struct uct_remapring_vconn uct_remapring_vconn_t;
+KHASH_MAP_INIT_INT(uct_remapring_vconns, uct_remapring_vconn_t*);
+
+
+/**
+ * One RC connection, either side: a sender's to a receiving interface, or
+ * a receiver's from one sender.
+ */
+struct uct_remapring_vconn {
+    uct_remapring_iface_t      *iface;
+    int                        is_rx;
+    uct_remapring_vconn_state_t state;
+    struct rdma_cm_id          *id;
+    struct ibv_qp              *qp;
+    uint32_t                   qp_num;
+    int                        qp_num_valid; /* in the iface's hash */
+    int                        zombie;    /* freed once the CQ drained */
+    char                       name[64]; /* peer's address, for the log */
+
+    /* send queue, both sides */
+    unsigned                   sq_avail;
+    unsigned                   unsignaled;
+    uct_remapring_verbs_op_t   *ops;      /* [sq_size], a FIFO */
+    unsigned                   ops_head, ops_count;
+
+    /* sender */
+    uct_remapring_peer_t       *peer;
+    char                       *staging;
+    size_t                     staging_size;
+    struct ibv_mr              *staging_mr;
+    uint64_t                   staging_head, staging_tail;
+    uct_remapring_verbs_slot_t *table;    /* pinned: written by the receiver */
+    struct ibv_mr              *table_mr;
+    uint64_t                   limit;     /* credit, from the receiver */
+    int                        stall_sent;
+    uct_remapring_verbs_rep_t  rep;
+    struct {
+        uint64_t               start, end; /* ring range */
+        uint64_t               staging;    /* its staging position */
+        int                    valid;
+    } pending;                           /* last run, for publish_tail */
+    uint64_t                   tail;      /* published */
+    uint64_t                   view_addr; /* odp */
+    uint32_t                   view_rkey;
+    unsigned                   block_shift;
+    int                        pinned;
+
+    /* receiver */
+    uct_remapring_ring_t       *ring;
+    uct_remapring_ring_ctl_t   ctl;       /* private: no one else maps it */
+    uint32_t                   *slots;    /* the ring's slot table mirror */
+    struct ibv_mr              *view_mr;  /* odp */
+    uct_remapring_verbs_slot_t *credit_table; /* pinned: source of credits */
+    struct ibv_mr              *credit_table_mr;
+    uint64_t                   remote_table;
+    uint32_t                   remote_table_rkey;
+    uint64_t                   credited;  /* limit last sent */
+    uint64_t                   rx_tail;   /* from the immediates */
+    int                        active;
+    int                        failed;
+    ucs_list_link_t            list;      /* iface's rx conns, zombies */
+    ucs_list_link_t            active_list;
+};
+
+
+/**
+ * The verbs part of an interface.
+ */
+typedef struct uct_remapring_verbs_iface {
+    uct_remapring_verbs_dev_t  *dev;
+    uint8_t                    port_num;
+    uct_remapring_verbs_mode_t mode;     /* ODP or PINNED */
+    struct ibv_cq              *cq;
+    struct ibv_srq             *srq;
+    unsigned                   srq_size, srq_posted;
+    unsigned                   sq_size;
+    unsigned                   sig_every;
+    size_t                     staging_size;
+    uint8_t                    timeout;  /* QP ACK timeout exponent */
+    struct rdma_event_channel  *channel;
+    struct rdma_cm_id          *listen_id;
+    struct sockaddr_storage    addr;     /* the port's, listening */
+    uint16_t                   cm_port;  /* network order */
+    khash_t(uct_remapring_vconns) qps;   /* by QP number */
+    ucs_list_link_t            rx_conns;
+    ucs_list_link_t            rx_active;
+    ucs_list_link_t            zombies;  /* QPs destroyed, CQ not drained */
+    size_t                     pool_block_size;
+    unsigned                   nrx;
+    unsigned                   cm_calls; /* progress calls since CM poll */
+    uint32_t                   *pool_rkeys; /* pinned: per pool block */
+    struct ibv_mr              **pool_mrs;
+    unsigned                   npool_mrs;
+} uct_remapring_verbs_iface_t;
+
+
+/* --------------------------------------------------------- memory domain */
+
+/** Append the verbs devices to the component's memory domain resources */
+ucs_status_t
+uct_remapring_verbs_query_md_resources(uct_md_resource_desc_t **resources_p,
+                                       unsigned *num_resources_p);
+
+/** Open the memory domain of verbs device @a name */
+ucs_status_t uct_remapring_verbs_md_open(uct_component_t *component,
+                                         const char *name,
+                                         const uct_md_config_t *config,
+                                         uct_md_h *md_p);
+
+/** Whether @a md is a verbs memory domain */
+int uct_remapring_md_is_verbs(uct_md_h md);
+
+/** The IP address of port @a port of @a ctx, and the index and value of
+ *  its GID; false if it has none */
+int uct_remapring_verbs_port_gid(struct ibv_context *ctx, uint8_t port,
+                                 struct sockaddr_storage *ss, int *index_p,
+                                 union ibv_gid *gid_p);
+
+/** The IP address of port @a port of @a ctx; false if it has none */
+int uct_remapring_verbs_port_addr(struct ibv_context *ctx, uint8_t port,
+                                  struct sockaddr_storage *ss);
+
+/** Unpack a verbs remote key; UCS_ERR_NO_ELEM if it is not one */
+ucs_status_t uct_remapring_verbs_rkey_unpack(const void *rkey_buffer,
+                                             uct_rkey_t *rkey_p);
+
+
+/* ------------------------------------------------------------- interface */
+
+/** The ports of a verbs memory domain's device that carry an address */
+ucs_status_t
+uct_remapring_verbs_query_tl_devices(uct_md_h md,
+                                     uct_tl_device_resource_t **devices_p,
+                                     unsigned *num_devices_p);
+
+/** Interface operations of a verbs interface (its table is in
+ *  remapring_iface.c, with the operations all wires share) */
+unsigned uct_remapring_verbs_iface_progress(uct_iface_h tl_iface);
+ucs_status_t uct_remapring_verbs_iface_flush(uct_iface_h tl_iface,
+                                             unsigned flags,
+                                             uct_completion_t *comp);
+ucs_status_t uct_remapring_verbs_iface_query(uct_iface_h tl_iface,
+                                             uct_iface_attr_t *iface_attr);
+ucs_status_t uct_remapring_verbs_iface_get_address(uct_iface_h tl_iface,
+                                                   uct_iface_addr_t *addr);
+ucs_status_t
+uct_remapring_verbs_iface_get_device_address(uct_iface_h tl_iface,
+                                             uct_device_addr_t *addr);
+int uct_remapring_verbs_iface_is_reachable(const uct_iface_h tl_iface,
+                                           const uct_device_addr_t *dev_addr,
+                                           const uct_iface_addr_t *iface_addr);
+
+/** Endpoint operations of the verbs wire: RDMA READ and WRITE, flush */
+ucs_status_t uct_remapring_verbs_ep_put_short(uct_ep_h tl_ep,
+                                              const void *buffer,
+                                              unsigned length,
+                                              uint64_t remote_addr,
+                                              uct_rkey_t rkey);
+ssize_t uct_remapring_verbs_ep_put_bcopy(uct_ep_h tl_ep,
+                                         uct_pack_callback_t pack_cb,
+                                         void *arg, uint64_t remote_addr,
+                                         uct_rkey_t rkey);
+ucs_status_t uct_remapring_verbs_ep_put_zcopy(uct_ep_h tl_ep,
+                                              const uct_iov_t *iov,
+                                              size_t iovcnt,
+                                              uint64_t remote_addr,
+                                              uct_rkey_t rkey,
+                                              uct_completion_t *comp);
+ucs_status_t uct_remapring_verbs_ep_get_bcopy(uct_ep_h tl_ep,
+                                              uct_unpack_callback_t unpack_cb,
+                                              void *arg, size_t length,
+                                              uint64_t remote_addr,
+                                              uct_rkey_t rkey,
+                                              uct_completion_t *comp);
+ucs_status_t uct_remapring_verbs_ep_get_zcopy(uct_ep_h tl_ep,
+                                              const uct_iov_t *iov,
+                                              size_t iovcnt,
+                                              uint64_t remote_addr,
+                                              uct_rkey_t rkey,
+                                              uct_completion_t *comp);
+ucs_status_t uct_remapring_verbs_ep_flush(uct_ep_h tl_ep, unsigned flags,
+                                          uct_completion_t *comp);
+ucs_status_t uct_remapring_verbs_ep_check(uct_ep_h tl_ep, unsigned flags,
+                                          uct_completion_t *comp);
+
+/** Make the verbs part of @a iface on device @a dev_name; the pool params
+ *  are adjusted for the mode before the pool is made */
+ucs_status_t
+uct_remapring_verbs_iface_init(uct_remapring_iface_t *iface,
+                               const char *dev_name,
+                               const uct_remapring_iface_config_t *config,
+                               uct_remapring_pool_params_t *pool_params);
+
+/** Start listening, once the pool exists */
+ucs_status_t uct_remapring_verbs_iface_listen(uct_remapring_iface_t *iface);
+
+/** Free the verbs part of @a iface */
+void uct_remapring_verbs_iface_cleanup(uct_remapring_iface_t *iface);
+
+
+/* -------------------------------------------------------------- senders */
+
+/** Connect a new peer to the receiving interface at the given addresses */
+ucs_status_t
+uct_remapring_verbs_peer_connect(uct_remapring_peer_t *peer,
+                                 const uct_remapring_verbs_dev_addr_t *dev,
+                                 const uct_remapring_verbs_iface_addr_t *addr);
+
+/**
+ * Whether the connection of @a peer has the send requests and the staging
+ * room a send of @a length payload bytes may take (a record and a PAD
+ * record): false tells the caller to queue its request as pending rather
+ * than retry it at once (UCX_ERR_BUSY from pending_add would make UCP
+ * retry without progress while only completions can free them).
+ */
+int uct_remapring_verbs_peer_can_post(const uct_remapring_peer_t *peer,
+                                      size_t length);
+
+/** Disconnect and free the verbs connection of a peer */
+void uct_remapring_verbs_peer_destroy(uct_remapring_peer_t *peer);
+
+#endif

@@ -1,0 +1,791 @@
+/**
+ * Copyright (c) remapring contributors. See file LICENSE for terms.
+ */
+
+#ifdef HAVE_CONFIG_H
+#include "config.h"
+#endif
+
+#ifndef _GNU_SOURCE
+#define _GNU_SOURCE
+#endif
+
+#include "remapring_verbs.h"
+
+#include <ucs/debug/log.h>
+#include <ucs/debug/memtrack_int.h>
+#include <ucs/sys/string.h>
+#include <ucs/sys/sys.h>
+
+#include <ucs/time/time.h>
+
+#include <arpa/inet.h>
+#include <inttypes.h>
+#include <sched.h>
+#include <string.h>
+#include <sys/mman.h>
+
+
+/*
+ * The memory domain of a verbs device: its protection domain, and
+ * registrations of user memory for RDMA READ and WRITE. Once the transport
+ * carries traffic, registrations go through the memory cache
+ * (src/ucs/memory/memcache.h), which the kernel's unmap events keep
+ * coherent: a buffer unmapped and mapped again at the same address is
+ * registered anew, the old pinned pages are never written. Before that,
+ * each registration is its own ibv_reg_mr.
+ */
+
+
+#define UCT_REMAPRING_VERBS_ACCESS (IBV_ACCESS_LOCAL_WRITE | \
+                                    IBV_ACCESS_REMOTE_WRITE | \
+                                    IBV_ACCESS_REMOTE_READ)
+
+
+static uct_md_ops_t uct_remapring_verbs_md_ops;
+
+
+int uct_remapring_md_is_verbs(uct_md_h md)
+{
+    return md->ops == &uct_remapring_verbs_md_ops;
+}
+
+/* rdma_cm's context of device @a name: the context its ids use, so that a
+ * QP made on an id and our protection domain agree. rdma_cm keeps its
+ * devices open for the life of the process. */
+static struct ibv_context *uct_remapring_verbs_find_ctx(const char *name)
+{
+    struct ibv_context **list, *ctx = NULL;
+    int i, num = 0;
+
+    list = rdma_get_devices(&num);
+    if (list == NULL) {
+        ucs_debug("remapring: rdma_get_devices() failed: %m");
+        return NULL;
+    }
+
+    for (i = 0; i < num; ++i) {
+        if (!strcmp(ibv_get_device_name(list[i]->device), name)) {
+            ctx = list[i];
+            break;
+        }
+    }
+
+    rdma_free_devices(list);
+    return ctx;
+}
+
+/* The IP address of a port: an IPv4-mapped GID (RoCE), RoCE v2 first; or a
+ * global IPv6 RoCE v2 one. An InfiniBand port (no such GID) is not offered:
+ * rdma_cm would need its IPoIB address. */
+int uct_remapring_verbs_port_gid(struct ibv_context *ctx, uint8_t port,
+                                 struct sockaddr_storage *ss, int *index_p,
+                                 union ibv_gid *gid_p)
+{
+    static const uint8_t v4_prefix[12] = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0,
+                                          0xff, 0xff};
+    struct ibv_port_attr port_attr;
+    struct ibv_gid_entry entry;
+    struct sockaddr_in6 *sin6;
+    struct sockaddr_in *sin;
+    int index, pass, v4, v2;
+
+    if (ibv_query_port(ctx, port, &port_attr) != 0) {
+        return 0;
+    }
+
+    for (pass = 0; pass < 3; ++pass) {
+        for (index = 0; index < port_attr.gid_tbl_len; ++index) {
+            if (ibv_query_gid_ex(ctx, port, index, &entry, 0) != 0) {
+                continue;
+            }
+
+            v4 = !memcmp(entry.gid.raw, v4_prefix, sizeof(v4_prefix));
+            v2 = (entry.gid_type == IBV_GID_TYPE_ROCE_V2);
+            if (((pass == 0) && v4 && v2) || ((pass == 1) && v4)) {
+                sin = (struct sockaddr_in*)ss;
+                memset(ss, 0, sizeof(*ss));
+                sin->sin_family = AF_INET;
+                memcpy(&sin->sin_addr, &entry.gid.raw[12], 4);
+                *index_p = index;
+                *gid_p   = entry.gid;
+                return 1;
+            }
+
+            /* not link-local: rdma_cm would need the interface too */
+            if ((pass == 2) && !v4 && v2 &&
+                !((entry.gid.raw[0] == 0xfe) &&
+                  ((entry.gid.raw[1] & 0xc0) == 0x80))) {
+                sin6 = (struct sockaddr_in6*)ss;
+                memset(ss, 0, sizeof(*ss));
+                sin6->sin6_family = AF_INET6;
+                memcpy(&sin6->sin6_addr, entry.gid.raw, 16);
+                *index_p = index;
+                *gid_p   = entry.gid;
+                return 1;
+            }
+        }
+    }
+
+    return 0;
+}
+
+int uct_remapring_verbs_port_addr(struct ibv_context *ctx, uint8_t port,
+                                  struct sockaddr_storage *ss)
+{
+    union ibv_gid gid;
+    int index;
+
+    return uct_remapring_verbs_port_gid(ctx, port, ss, &index, &gid);
+}
+
+/* Whether some port of @a ctx is active and has an address */
+static int uct_remapring_verbs_ctx_usable(struct ibv_context *ctx)
+{
+    struct ibv_device_attr attr;
+    struct sockaddr_storage ss;
+    struct ibv_port_attr port_attr;
+    uint8_t port;
+
+    if (ibv_query_device(ctx, &attr) != 0) {
+        return 0;
+    }
+
+    for (port = 1; port <= attr.phys_port_cnt; ++port) {
+        if ((ibv_query_port(ctx, port, &port_attr) == 0) &&
+            (port_attr.state == IBV_PORT_ACTIVE) &&
+            uct_remapring_verbs_port_addr(ctx, port, &ss)) {
+            return 1;
+        }
+    }
+
+    return 0;
+}
+
+ucs_status_t
+uct_remapring_verbs_query_md_resources(uct_md_resource_desc_t **resources_p,
+                                       unsigned *num_resources_p)
+{
+    struct ibv_context **list;
+    uct_md_resource_desc_t *resources;
+    int i, num = 0;
+
+    /* without rdma_cm (no /dev/infiniband/rdma_cm, no device) there is no
+     * verbs device to offer */
+    list = rdma_get_devices(&num);
+    if (list == NULL) {
+        ucs_debug("remapring: no rdma_cm devices: %m");
+        return UCS_OK;
+    }
+
+    for (i = 0; i < num; ++i) {
+        if (!uct_remapring_verbs_ctx_usable(list[i])) {
+            ucs_debug("remapring: %s has no active port with an IP address",
+                      ibv_get_device_name(list[i]->device));
+            continue;
+        }
+
+        resources = ucs_realloc(*resources_p,
+                                sizeof(*resources) * (*num_resources_p + 1),
+                                "remapring_md_resources");
+        if (resources == NULL) {
+            rdma_free_devices(list);
+            return UCS_ERR_NO_MEMORY;
+        }
+
+        ucs_strncpy_zero(resources[*num_resources_p].md_name,
+                         ibv_get_device_name(list[i]->device),
+                         sizeof(resources[*num_resources_p].md_name));
+        *resources_p = resources;
+        ++*num_resources_p;
+    }
+
+    rdma_free_devices(list);
+    return UCS_OK;
+}
+
+ucs_status_t
+uct_remapring_verbs_query_tl_devices(uct_md_h uct_md,
+                                     uct_tl_device_resource_t **devices_p,
+                                     unsigned *num_devices_p)
+{
+    uct_remapring_md_t *md = ucs_derived_of(uct_md, uct_remapring_md_t);
+    struct ibv_context *ctx = md->verbs->ctx;
+    uct_tl_device_resource_t *devices = NULL;
+    struct ibv_port_attr port_attr;
+    struct ibv_device_attr attr;
+    struct sockaddr_storage ss;
+    unsigned num = 0;
+    uint8_t port;
+
+    if (ibv_query_device(ctx, &attr) != 0) {
+        ucs_error("remapring: ibv_query_device(%s) failed: %m",
+                  md->verbs->name);
+        return UCS_ERR_IO_ERROR;
+    }
+
+    for (port = 1; port <= attr.phys_port_cnt; ++port) {
+        if ((ibv_query_port(ctx, port, &port_attr) != 0) ||
+            (port_attr.state != IBV_PORT_ACTIVE) ||
+            !uct_remapring_verbs_port_addr(ctx, port, &ss)) {
+            continue;
+        }
+
+        devices = ucs_realloc(devices, sizeof(*devices) * (num + 1),
+                              "remapring_tl_devices");
+        if (devices == NULL) {
+            return UCS_ERR_NO_MEMORY;
+        }
+
+        ucs_snprintf_zero(devices[num].name, sizeof(devices[num].name),
+                          "%s:%u", md->verbs->name, port);
+        devices[num].type       = UCT_DEVICE_TYPE_NET;
+        devices[num].sys_device = UCS_SYS_DEVICE_ID_UNKNOWN;
+        ++num;
+    }
+
+    *devices_p     = devices;
+    *num_devices_p = num;
+    return UCS_OK;
+}
+
+static ucs_status_t uct_remapring_verbs_md_query(uct_md_h uct_md,
+                                                 uct_md_attr_t *md_attr)
+{
+    md_attr->rkey_packed_size     = sizeof(uct_remapring_verbs_rkey_t);
+    md_attr->cap.flags            = UCT_MD_FLAG_REG | UCT_MD_FLAG_NEED_RKEY |
+                                    UCT_MD_FLAG_NEED_MEMH;
+    md_attr->cap.reg_mem_types    = UCS_BIT(UCS_MEMORY_TYPE_HOST);
+    md_attr->cap.alloc_mem_types  = 0;
+    md_attr->cap.access_mem_types = UCS_BIT(UCS_MEMORY_TYPE_HOST);
+    md_attr->cap.detect_mem_types = 0;
+    md_attr->cap.max_alloc        = 0;
+    md_attr->cap.max_reg          = ULONG_MAX;
+    /* what UCX's own verbs memory domains assume */
+    md_attr->reg_cost             = ucs_linear_func_make(16e-6, 0.06e-9);
+    memset(&md_attr->local_cpus, 0xff, sizeof(md_attr->local_cpus));
+    return UCS_OK;
+}
+
+static ucs_status_t
+uct_remapring_verbs_reg(uct_remapring_md_t *md, void *address, size_t length,
+                        ucs_memcache_region_t *region,
+                        uct_remapring_memh_t **memh_p)
+{
+    uct_remapring_memh_t *memh;
+
+    memh = ucs_malloc(sizeof(*memh), "uct_remapring_memh_t");
+    if (memh == NULL) {
+        ucs_error("remapring: failed to allocate a memory handle");
+        return UCS_ERR_NO_MEMORY;
+    }
+
+    memh->mr = ibv_reg_mr(md->verbs->pd, address, length,
+                          UCT_REMAPRING_VERBS_ACCESS);
+    if (memh->mr == NULL) {
+        ucs_error("remapring: ibv_reg_mr(%s, %p, %zu) failed: %m",
+                  md->verbs->name, address, length);
+        ucs_free(memh);
+        return UCS_ERR_IO_ERROR;
+    }
+
+    memh->address   = address;
+    memh->length    = length;
+    memh->region    = region;
+    memh->allocated = 0;
+    *memh_p         = memh;
+    return UCS_OK;
+}
+
+static void uct_remapring_verbs_dereg(uct_remapring_memh_t *memh)
+{
+    if (ibv_dereg_mr(memh->mr) != 0) {
+        ucs_warn("remapring: ibv_dereg_mr(%p) failed: %m", memh->address);
+    }
+    ucs_free(memh);
+}
+
+static ucs_status_t uct_remapring_verbs_cache_reg(void *arg,
+                                                  ucs_memcache_region_t *region)
+{
+    uct_remapring_memh_t *memh;
+    ucs_status_t status;
+
+    status = uct_remapring_verbs_reg(arg, (void*)region->range.start,
+                                     region->range.end - region->range.start,
+                                     region, &memh);
+    if (status == UCS_OK) {
+        region->memh = memh;
+    }
+
+    return status;
+}
+
+/* From the thread that put the last reference, or the notifier's (an
+ * unmap): ibv_dereg_mr may be called from any thread */
+static void uct_remapring_verbs_cache_dereg(void *arg,
+                                            ucs_memcache_region_t *region)
+{
+    uct_remapring_verbs_dereg(region->memh);
+}
+
+static ucs_memcache_t *uct_remapring_verbs_memcache(uct_remapring_md_t *md)
+{
+    ucs_memcache_params_t params = {
+        .name  = "remapring-verbs",
+        .reg   = uct_remapring_verbs_cache_reg,
+        .dereg = uct_remapring_verbs_cache_dereg,
+        .arg   = md
+    };
+    ucs_memcache_t *cache, *expected = NULL;
+
+    cache = __atomic_load_n(&md->memcache, __ATOMIC_ACQUIRE);
+    if (ucs_likely(cache != NULL) || !md->use_memcache ||
+        !__atomic_load_n(&md->in_use, __ATOMIC_RELAXED)) {
+        return cache;
+    }
+
+    if (ucs_memcache_create(&params, &cache) != UCS_OK) {
+        ucs_diag("remapring: memory cache unavailable, %s registers each"
+                 " buffer on its own", md->verbs->name);
+        md->use_memcache = 0;
+        return NULL;
+    }
+
+    if (!__atomic_compare_exchange_n(&md->memcache, &expected, cache, 0,
+                                     __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE)) {
+        ucs_memcache_destroy(cache);
+        cache = expected;
+    }
+
+    return cache;
+}
+
+static ucs_status_t uct_remapring_verbs_mem_reg(uct_md_h uct_md,
+                                                void *address, size_t length,
+                                                unsigned flags,
+                                                uct_mem_h *memh_p)
+{
+    uct_remapring_md_t *md = ucs_derived_of(uct_md, uct_remapring_md_t);
+    ucs_memcache_t *cache  = uct_remapring_verbs_memcache(md);
+    ucs_memcache_region_t *region;
+    uct_remapring_memh_t *memh;
+    ucs_status_t status;
+
+    if ((cache != NULL) && (length > 0)) {
+        status = ucs_memcache_get(cache, address, length, &region);
+        if (status != UCS_OK) {
+            ucs_error("remapring: cannot register %p length %zu on %s: %s",
+                      address, length, md->verbs->name,
+                      ucs_status_string(status));
+            return status;
+        }
+
+        *memh_p = region->memh;
+        return UCS_OK;
+    }
+
+    status = uct_remapring_verbs_reg(md, address, length, NULL, &memh);
+    if (status == UCS_OK) {
+        *memh_p = memh;
+    }
+
+    return status;
+}
+
+static ucs_status_t
+uct_remapring_verbs_mem_dereg(uct_md_h uct_md,
+                              const uct_md_mem_dereg_params_t *params)
+{
+    uct_remapring_md_t *md = ucs_derived_of(uct_md, uct_remapring_md_t);
+    uct_remapring_memh_t *memh;
+
+    UCT_MD_MEM_DEREG_CHECK_PARAMS(params, 0);
+
+    memh = params->memh;
+    if (memh->region != NULL) {
+        ucs_memcache_put(md->memcache, memh->region);
+    } else {
+        uct_remapring_verbs_dereg(memh);
+    }
+
+    return UCS_OK;
+}
+
+static uint32_t
+uct_remapring_verbs_rkey_hash(const uct_remapring_verbs_rkey_t *rkey)
+{
+    uint64_t h = rkey->magic ^ (rkey->address * 0x9e3779b97f4a7c15ull) ^
+                 (rkey->length * 0xc2b2ae3d27d4eb4full) ^
+                 ((uint64_t)rkey->rkey << 21);
+
+    h ^= h >> 31;
+    h *= 0xbf58476d1ce4e5b9ull;
+    h ^= h >> 29;
+    return (uint32_t)h;
+}
+
+static ucs_status_t
+uct_remapring_verbs_mkey_pack(uct_md_h md, uct_mem_h uct_memh,
+                              const uct_md_mkey_pack_params_t *params,
+                              void *rkey_buffer)
+{
+    const uct_remapring_memh_t *memh = uct_memh;
+    uct_remapring_verbs_rkey_t rkey;
+
+    rkey.magic   = UCT_REMAPRING_VERBS_RKEY_MAGIC;
+    rkey.address = (uintptr_t)memh->address;
+    rkey.length  = memh->length;
+    rkey.rkey    = memh->mr->rkey;
+    rkey.check   = uct_remapring_verbs_rkey_hash(&rkey);
+    memcpy(rkey_buffer, &rkey, sizeof(rkey));
+    return UCS_OK;
+}
+
+ucs_status_t uct_remapring_verbs_rkey_unpack(const void *rkey_buffer,
+                                             uct_rkey_t *rkey_p)
+{
+    uct_remapring_verbs_rkey_t *rkey;
+    uint64_t magic;
+
+    memcpy(&magic, rkey_buffer, sizeof(magic));
+    if (magic != UCT_REMAPRING_VERBS_RKEY_MAGIC) {
+        return UCS_ERR_NO_ELEM;
+    }
+
+    rkey = ucs_malloc(sizeof(*rkey), "uct_remapring_verbs_rkey_t");
+    if (rkey == NULL) {
+        ucs_error("remapring: failed to allocate an rkey");
+        return UCS_ERR_NO_MEMORY;
+    }
+
+    memcpy(rkey, rkey_buffer, sizeof(*rkey));
+    if ((rkey->check != uct_remapring_verbs_rkey_hash(rkey)) ||
+        (rkey->address + rkey->length < rkey->address)) {
+        ucs_error("remapring: malformed verbs rkey (range 0x%" PRIx64
+                  "+%" PRIu64 " key 0x%x)", rkey->address, rkey->length,
+                  rkey->rkey);
+        ucs_free(rkey);
+        return UCS_ERR_INVALID_PARAM;
+    }
+
+    *rkey_p = (uintptr_t)rkey;
+    return UCS_OK;
+}
+
+/* What an ODP write probe found */
+typedef enum {
+    UCT_REMAPRING_ODP_EXACT,      /* the bytes land where they were sent */
+    UCT_REMAPRING_ODP_PAGE_START, /* at the start of their page instead */
+    UCT_REMAPRING_ODP_BROKEN      /* elsewhere, or the probe failed */
+} uct_remapring_odp_probe_t;
+
+/* Seconds an ODP probe waits for its write */
+#define UCT_REMAPRING_ODP_PROBE_TIMEOUT 10.0
+
+/*
+ * Where RDMA WRITEs into an ODP region land: an RC QP connected to itself
+ * writes, from a pinned buffer into fresh pages registered with ODP, 8
+ * bytes to offset 64 of the first page, and two pages and 128 bytes,
+ * several packets, from the start of the second. Some soft-RoCE kernels
+ * (rxe's ODP in 7.3.4) place every packet at the start of its page: with
+ * a path MTU of a page, packets of a write that starts on a page land
+ * where they were sent, and the odp mode then aligns records to pages;
+ * with a smaller MTU they overwrite each other, and the pinned mode is
+ * used.
+ */
+static uct_remapring_odp_probe_t
+uct_remapring_verbs_odp_probe(uct_remapring_verbs_dev_t *dev)
+{
+    static const uint64_t pattern = 0x6f6470726f626521ull; /* "!eborpdo" */
+    size_t page = ucs_get_page_size();
+    size_t big  = 2 * page + 128;  /* the multi-packet write */
+    size_t words = big / sizeof(uint64_t);
+    uct_remapring_odp_probe_t result = UCT_REMAPRING_ODP_BROKEN;
+    struct ibv_qp_init_attr init     = {};
+    struct ibv_qp_attr attr;
+    struct ibv_send_wr wr[2] = {}, *bad_wr;
+    struct ibv_port_attr port_attr;
+    struct ibv_mr *src_mr = NULL, *dst_mr = NULL;
+    struct ibv_device_attr dev_attr;
+    struct sockaddr_storage ss;
+    struct ibv_cq *cq;
+    struct ibv_qp *qp = NULL;
+    struct ibv_sge sge[2];
+    struct ibv_wc wc;
+    union ibv_gid gid;
+    uint64_t *src = NULL;
+    uint64_t *dst, *big_dst;
+    ucs_time_t deadline;
+    int index, n, done = 0, ok = 1;
+    size_t i;
+    uint8_t port;
+
+    if (ibv_query_device(dev->ctx, &dev_attr) != 0) {
+        return result;
+    }
+
+    for (port = 1; port <= dev_attr.phys_port_cnt; ++port) {
+        if ((ibv_query_port(dev->ctx, port, &port_attr) == 0) &&
+            (port_attr.state == IBV_PORT_ACTIVE) &&
+            uct_remapring_verbs_port_gid(dev->ctx, port, &ss, &index, &gid)) {
+            break;
+        }
+    }
+    if (port > dev_attr.phys_port_cnt) {
+        return result;
+    }
+
+    dst = mmap(NULL, 4 * page, PROT_READ | PROT_WRITE,
+               MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    cq  = ibv_create_cq(dev->ctx, 4, NULL, NULL, 0);
+    if ((dst == MAP_FAILED) || (cq == NULL) ||
+        (ucs_posix_memalign((void**)&src, 64, big + 64, "odp_probe") != 0)) {
+        goto out;
+    }
+
+    for (i = 0; i < words; ++i) {
+        src[i] = pattern ^ i;
+    }
+    src[words] = pattern;
+    big_dst    = (uint64_t*)UCS_PTR_BYTE_OFFSET(dst, page);
+    src_mr     = ibv_reg_mr(dev->pd, src, big + 64, IBV_ACCESS_LOCAL_WRITE);
+    dst_mr     = ibv_reg_mr(dev->pd, dst, 4 * page,
+                            IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE |
+                            IBV_ACCESS_ON_DEMAND);
+    init.send_cq          = cq;
+    init.recv_cq          = cq;
+    init.qp_type          = IBV_QPT_RC;
+    init.cap.max_send_wr  = 2;
+    init.cap.max_recv_wr  = 1;
+    init.cap.max_send_sge = 1;
+    init.cap.max_recv_sge = 1;
+    qp = ((src_mr != NULL) && (dst_mr != NULL)) ?
+         ibv_create_qp(dev->pd, &init) : NULL;
+    if (qp == NULL) {
+        goto out;
+    }
+
+    memset(&attr, 0, sizeof(attr));
+    attr.qp_state        = IBV_QPS_INIT;
+    attr.port_num        = port;
+    attr.qp_access_flags = IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_LOCAL_WRITE;
+    if (ibv_modify_qp(qp, &attr, IBV_QP_STATE | IBV_QP_PKEY_INDEX |
+                                 IBV_QP_PORT | IBV_QP_ACCESS_FLAGS) != 0) {
+        goto out;
+    }
+
+    memset(&attr, 0, sizeof(attr));
+    attr.qp_state               = IBV_QPS_RTR;
+    attr.path_mtu               = port_attr.active_mtu;
+    attr.dest_qp_num            = qp->qp_num;
+    attr.max_dest_rd_atomic     = 1;
+    attr.min_rnr_timer          = 12;
+    attr.ah_attr.is_global      = 1;
+    attr.ah_attr.grh.dgid       = gid;
+    attr.ah_attr.grh.sgid_index = index;
+    attr.ah_attr.grh.hop_limit  = 64;
+    attr.ah_attr.port_num       = port;
+    if (ibv_modify_qp(qp, &attr, IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU |
+                                 IBV_QP_DEST_QPN | IBV_QP_RQ_PSN |
+                                 IBV_QP_MAX_DEST_RD_ATOMIC |
+                                 IBV_QP_MIN_RNR_TIMER) != 0) {
+        goto out;
+    }
+
+    memset(&attr, 0, sizeof(attr));
+    attr.qp_state      = IBV_QPS_RTS;
+    attr.timeout       = 18;
+    attr.retry_cnt     = 7;
+    attr.rnr_retry     = 7;
+    attr.max_rd_atomic = 1;
+    if (ibv_modify_qp(qp, &attr, IBV_QP_STATE | IBV_QP_TIMEOUT |
+                                 IBV_QP_RETRY_CNT | IBV_QP_RNR_RETRY |
+                                 IBV_QP_SQ_PSN | IBV_QP_MAX_QP_RD_ATOMIC) != 0) {
+        goto out;
+    }
+
+    /* 8 bytes inside the first page, then the pages from the second on */
+    sge[0].addr   = (uintptr_t)&src[words];
+    sge[0].length = sizeof(pattern);
+    sge[1].addr   = (uintptr_t)src;
+    sge[1].length = big;
+    for (i = 0; i < 2; ++i) {
+        sge[i].lkey      = src_mr->lkey;
+        wr[i].opcode     = IBV_WR_RDMA_WRITE;
+        wr[i].send_flags = IBV_SEND_SIGNALED;
+        wr[i].sg_list    = &sge[i];
+        wr[i].num_sge    = 1;
+        wr[i].wr.rdma.rkey = dst_mr->rkey;
+    }
+    wr[0].wr.rdma.remote_addr = (uintptr_t)dst + 64;
+    wr[0].next                = &wr[1];
+    wr[1].wr.rdma.remote_addr = (uintptr_t)big_dst;
+    if (ibv_post_send(qp, wr, &bad_wr) != 0) {
+        goto out;
+    }
+
+    deadline = ucs_get_time() +
+               ucs_time_from_sec(UCT_REMAPRING_ODP_PROBE_TIMEOUT);
+    while ((done < 2) && ok && (ucs_get_time() < deadline)) {
+        n = ibv_poll_cq(cq, 1, &wc);
+        if (n == 0) {
+            sched_yield();
+        } else {
+            ok    = (n == 1) && (wc.status == IBV_WC_SUCCESS);
+            done += ok;
+        }
+    }
+    if (done < 2) {
+        goto out;
+    }
+
+    for (i = 0; (i < words) && (big_dst[i] == (pattern ^ i)); ++i)
+        ;
+    if (i < words) {
+        ucs_diag("remapring: ODP probe on %s: a write of %zu bytes from the"
+                 " start of a page differs at byte %zu (path MTU %d bytes)",
+                 dev->name, big, i * sizeof(uint64_t),
+                 128 << port_attr.active_mtu);
+    } else if (dst[8] == pattern) {
+        result = UCT_REMAPRING_ODP_EXACT;
+    } else if (dst[0] == pattern) {
+        result = UCT_REMAPRING_ODP_PAGE_START;
+    }
+
+out:
+    if (qp != NULL) {
+        ibv_destroy_qp(qp);
+    }
+    if (dst_mr != NULL) {
+        ibv_dereg_mr(dst_mr);
+    }
+    if (src_mr != NULL) {
+        ibv_dereg_mr(src_mr);
+    }
+    if (cq != NULL) {
+        ibv_destroy_cq(cq);
+    }
+    if (dst != MAP_FAILED) {
+        munmap(dst, 4 * page);
+    }
+    ucs_free(src);
+    return result;
+}
+
+static void uct_remapring_verbs_md_close(uct_md_h uct_md)
+{
+    uct_remapring_md_t *md = ucs_derived_of(uct_md, uct_remapring_md_t);
+
+    /* the cache deregisters what it holds before the domain goes */
+    if (md->memcache != NULL) {
+        ucs_memcache_destroy(md->memcache);
+    }
+
+    if (ibv_dealloc_pd(md->verbs->pd) != 0) {
+        ucs_warn("remapring: ibv_dealloc_pd(%s) failed: %m", md->verbs->name);
+    }
+
+    ucs_free(md->verbs);
+    ucs_free(md);
+}
+
+ucs_status_t uct_remapring_verbs_md_open(uct_component_t *component,
+                                         const char *name,
+                                         const uct_md_config_t *config,
+                                         uct_md_h *md_p)
+{
+    const uct_remapring_md_config_t *md_config =
+            ucs_derived_of(config, uct_remapring_md_config_t);
+    struct ibv_device_attr_ex attr;
+    uct_remapring_verbs_dev_t *dev;
+    uct_remapring_md_t *md;
+    uint32_t rc_caps;
+
+    md  = ucs_calloc(1, sizeof(*md), "uct_remapring_md_t");
+    dev = ucs_calloc(1, sizeof(*dev), "uct_remapring_verbs_dev_t");
+    if ((md == NULL) || (dev == NULL)) {
+        ucs_error("remapring: failed to allocate memory domain %s", name);
+        goto err_free;
+    }
+
+    dev->ctx = uct_remapring_verbs_find_ctx(name);
+    if (dev->ctx == NULL) {
+        ucs_error("remapring: no rdma_cm device %s", name);
+        goto err_free;
+    }
+
+    memset(&attr, 0, sizeof(attr));
+    if (ibv_query_device_ex(dev->ctx, NULL, &attr) != 0) {
+        ucs_error("remapring: ibv_query_device_ex(%s) failed: %m", name);
+        goto err_free;
+    }
+
+    /* explicit ODP, for the writes into the ring view */
+    rc_caps  = attr.odp_caps.per_transport_caps.rc_odp_caps;
+    dev->odp = (attr.odp_caps.general_caps & IBV_ODP_SUPPORT) &&
+               (rc_caps & IBV_ODP_SUPPORT_WRITE) &&
+               (rc_caps & IBV_ODP_SUPPORT_READ);
+    dev->max_rd_atomic = ucs_min(attr.orig_attr.max_qp_rd_atom, 16);
+    ucs_strncpy_zero(dev->name, name, sizeof(dev->name));
+
+    dev->pd = ibv_alloc_pd(dev->ctx);
+    if (dev->pd == NULL) {
+        ucs_error("remapring: ibv_alloc_pd(%s) failed: %m", name);
+        goto err_free;
+    }
+
+    dev->odp_rec_align = UCT_REMAPRING_RING_ALIGN;
+    if (dev->odp) {
+        switch (uct_remapring_verbs_odp_probe(dev)) {
+        case UCT_REMAPRING_ODP_EXACT:
+            break;
+        case UCT_REMAPRING_ODP_PAGE_START:
+            ucs_diag("remapring: %s places an ODP write that starts inside a"
+                     " page at the start of the page: in odp mode records"
+                     " start on pages", name);
+            dev->odp_rec_align = ucs_get_page_size();
+            break;
+        default:
+            ucs_diag("remapring: an ODP write on %s did not complete as"
+                     " sent: the pinned mode is used", name);
+            dev->odp = 0;
+            break;
+        }
+    }
+
+    md->super.ops       = &uct_remapring_verbs_md_ops;
+    md->super.component = component;
+    md->verbs           = dev;
+    md->use_memcache    = md_config->memcache;
+    ucs_debug("remapring: memory domain %s, %s ODP", name,
+              dev->odp ? "with" : "without");
+    *md_p = &md->super;
+    return UCS_OK;
+
+err_free:
+    ucs_free(dev);
+    ucs_free(md);
+    return UCS_ERR_NO_DEVICE;
+}
+
+/* clang-format off */
+static uct_md_ops_t uct_remapring_verbs_md_ops = {
+    .close                  = uct_remapring_verbs_md_close,
+    .query                  = uct_remapring_verbs_md_query,
+    .mem_alloc              = (uct_md_mem_alloc_func_t)
+                              ucs_empty_function_return_unsupported,
+    .mem_free               = (uct_md_mem_free_func_t)
+                              ucs_empty_function_return_unsupported,
+    .mem_advise             = (uct_md_mem_advise_func_t)
+                              ucs_empty_function_return_unsupported,
+    .mem_reg                = uct_remapring_verbs_mem_reg,
+    .mem_dereg              = uct_remapring_verbs_mem_dereg,
+    .mem_query              = (uct_md_mem_query_func_t)
+                              ucs_empty_function_return_unsupported,
+    .mkey_pack              = uct_remapring_verbs_mkey_pack,
+    .is_sockaddr_accessible = ucs_empty_function_return_zero_int,
+    .detect_memory_type     = (uct_md_detect_memory_type_func_t)
+                              ucs_empty_function_return_unsupported,
+};
+/* clang-format on */
