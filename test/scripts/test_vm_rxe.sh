@@ -19,50 +19,10 @@
 # VM_RXE_PARTS (default "odp pair pinned") selects the parts.
 #
 . "$(dirname "$0")/common.sh"
-
-: "${REMAPRING_SRCDIR:=$(cd "$(dirname "$0")/../.." && pwd)}"
-vm=$REMAPRING_SRCDIR/contrib/vm
-jobs=$REMAPRING_SRCDIR/test/scripts/vm
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
+. "$(dirname "$0")/vm_host.sh"
 parts=${VM_RXE_PARTS:-odp pair pinned}
-times=()
-# in the jobs' output: perftest's tables, framing, settings and addresses
-noise='^ *[a-z_]+ (server|client): *([-+|*]|$|.*address|.*GID:|[A-Za-z* ]+: )'
 
-# part NAME RUN_ARGS...: one run.sh, its guests' job output shown, its time
-# kept; a skip ends the test as skipped
-part() {
-    local name=$1 t=$SECONDS rc=0 f
-    shift
-    note "$name: contrib/vm/run.sh $*"
-    "$vm/run.sh" -q -o "$tmp/$name" "$@" > "$tmp/$name.run" 2>&1 || rc=$?
-    for f in "$tmp/$name"/[ab]/job.log; do
-        [ -f "$f" ] || continue
-        echo "-- guest $(basename "$(dirname "$f")")"
-        grep -vE "$noise" "$f"
-    done
-    sed 's/^/   /' "$tmp/$name.run"
-    times+=("$name $((SECONDS - t)) s")
-    if [ $rc -eq 77 ]; then
-        skip "$name: $(grep 'SKIP' "$tmp/$name.run" | head -1)"
-    elif [ $rc -ne 0 ]; then
-        for f in "$tmp/$name"/[ab]/console.log; do
-            [ -f "$f" ] || continue
-            echo "-- console of guest $(basename "$(dirname "$f")"), last lines"
-            tail -30 "$f"
-        done
-        fail "$name: status $rc"
-    fi
-}
-
-t=$SECONDS
-note "setup: contrib/vm/setup.sh"
-rc=0
-"$vm/setup.sh" || rc=$?
-[ $rc -eq 77 ] && exit 77
-[ $rc -eq 0 ] || fail "setup: status $rc"
-times+=("setup $((SECONDS - t)) s")
+vm_setup
 
 ucx_version=$(ucx_info -v | sed -n 's/^# Version //p')
 [ -n "$ucx_version" ] || fail "cannot read the host's UCX version"
@@ -101,5 +61,5 @@ for p in $parts; do
     esac
 done
 
-note "times: $(IFS=,; echo "${times[*]}" | sed 's/,/, /g')"
+vm_times
 echo "PASS"

@@ -1,0 +1,227 @@
+#
+# Copyright (c) remapring contributors. See file LICENSE for terms.
+#
+# Job for the test bed (contrib/vm/run.sh), run by test_vm_verbs.sh: the
+# remapring verbs wire on rxe0:1, next to UCX's own transports measured in
+# the same boot.
+#
+# usage: verbs.sh one|pair MODE MODULE [APPS]
+#   one     in one guest, each test's server and client (loopback on rxe0)
+#   pair    two guests: the servers on vm-a, the clients on vm-b, where
+#           the figures are printed
+#   MODE    odp or pinned: the mode the interface must report
+#   MODULE  libuct_remapring.so, preloaded
+#   APPS    a directory with programs of test/apps built on the host:
+#           in one guest ucp_hold and ucp_remap (ucp_hold forks its two
+#           processes, ucp_remap has two workers in one), between two
+#           mpi_pingpong_ompi and mpi_pingpong_mpich (needs run.sh -M)
+# Runs, the shm devices left out (UCX_SHM_DEVICES= ) so that the traffic
+# is on rxe0:1:
+#   ucx_info -d lists remapring on rxe0:1, the log names MODE
+#   UCT am_lat (short, 8 B), am_bw (bcopy and zcopy, 8000 B: rc_verbs' largest
+#   zcopy is its 8 KiB segment) and
+#   put_bw (zcopy 64 KiB) over remapring and over rc_verbs, ratios printed
+#   UCP tag_lat (8 B), tag_bw (1 MiB) and ucp_am_bw (32 KiB) over
+#   remapring,self and over tcp,self, ratios printed; the lanes UCP chose
+#   the memory (resident, pinned) of a server and a client connected over
+#   remapring and over rc_verbs (one guest)
+#   ucp_hold: held messages while the sender laps the ring, bytes checked
+#   pair, with APPS: test/apps/mpi_pingpong (APPS/mpi_pingpong_ompi and
+#   _mpich, built on the host) across the guests over remapring,self
+#   ucp_remap: a buffer sent by rendezvous (RDMA READ from its
+#   registration), unmapped, new memory mapped at its address (mmap
+#   MAP_FIXED, mremap): each round's receiver sees the new memory
+#
+. /vm/lib.sh
+
+where=$1 mode=$2 module=$3 apps=${4:-}
+case $where in one|pair) ;; *) vm_fail "where $where: one or pair" ;; esac
+case $mode in odp|pinned) ;; *) vm_fail "mode $mode: odp or pinned" ;; esac
+[ -f "$module" ] || vm_fail "no module $module"
+errors=0
+check() { echo "   ok: $1"; }
+bad() { echo "   BAD: $1"; errors=$((errors + 1)); }
+client=$([ "$where" = one ] || [ "$VM_ROLE" = b ] && echo 1)
+figures=/tmp/figures
+: > $figures
+
+rr=(env LD_PRELOAD="$module" UCX_NET_DEVICES=rxe0:1 UCX_SHM_DEVICES=)
+
+if [ "$VM_ROLE" = a ]; then
+    vm_note "ucx_info -d, the module preloaded"
+    "${rr[@]}" UCX_TLS=remapring UCX_LOG_LEVEL=info ucx_info -d \
+        > /tmp/info 2>&1 || bad "ucx_info -d: status $?"
+    sed -n '/Transport: remapring/,/Device:/p' /tmp/info | sed 's/^/   /'
+    grep 'remapring' /tmp/info | grep -E 'UCX  (INFO|WARN|ERROR)' |
+        sed 's/^/   /'
+    awk '/Transport: remapring/ { t = 1; next }
+         t && /Device:/ { print $3; t = 0 }' /tmp/info | grep -qx 'rxe0:1' &&
+        check "ucx_info -d: remapring on rxe0:1" ||
+        bad "ucx_info -d lists no remapring on rxe0:1"
+    grep -q "remapring: rxe0:1 .*$mode mode" /tmp/info &&
+        check "the log names the $mode mode" ||
+        bad "no log line names the $mode mode"
+fi
+
+# run NAME PORT CMD...: one test's halves, here (one) or on both guests
+run() {
+    local name=$1
+    if [ "$where" = one ]; then
+        vm_loopback "$@" && cp "/tmp/$name.client" "/tmp/$name.out"
+    else
+        vm_pair "$@" && cp "/tmp/$name.log" "/tmp/$name.out"
+    fi || { echo "   $(vm_rxe_counters)"; return 1; }
+}
+
+# figure NAME TEST COLUMN: perftest's Final line, column 3 (median
+# latency, us) or 7 (bandwidth, MB/s), kept for the ratios
+figure() {
+    local v
+    [ -n "$client" ] || return 0
+    v=$(awk -v c="$3" '/^Final:/ { print $c }' "/tmp/$1.out" 2>/dev/null)
+    [ -n "$v" ] || { bad "$1: no figure"; return 0; }
+    echo "$2 $1 $v" >> $figures
+}
+
+port=13400
+# uct LABEL TEST TL COL ARGS...: a UCT test over TL
+uct() {
+    local label=$1 test=$2 tl=$3 col=$4 name
+    shift 4
+    name=${label}_${tl}_$port
+    port=$((port + 1))
+    if run "$name" "$port" "${rr[@]}" ucx_perftest -t "$test" -x "$tl" \
+            -d rxe0:1 -p "$port" "$@"; then
+        figure "$name" "$label/$tl" "$col"
+    else
+        bad "$label over $tl"
+    fi
+}
+# ucp TEST TLS COL ARGS...: a UCP test over TLS
+ucp() {
+    local test=$1 tls=$2 col=$3 name
+    shift 3
+    name=${test}_${tls%%,*}_$port
+    port=$((port + 1))
+    if run "$name" "$port" "${rr[@]}" UCX_TLS="$tls" UCX_LOG_LEVEL=info \
+            UCX_NET_DEVICES=rxe0:1,eth0 ucx_perftest -t "$test" \
+            -p "$port" "$@"; then
+        figure "$name" "$test/${tls%%,*}" "$col"
+        grep -h -o 'ep_cfg\[[0-9]*\]: .*' "/tmp/$name.out" | sort -u |
+            sed "s/^/   $name lanes: /" > "/tmp/$name.lanes"
+        cat "/tmp/$name.lanes"
+        if [ "${tls%%,*}" = remapring ] && [ -n "$client" ] &&
+           ! grep -q 'remapring/rxe0:1' "/tmp/$name.lanes"; then
+            bad "$test: no lane on remapring/rxe0:1"
+        fi
+    else
+        bad "$test over $tls"
+    fi
+}
+
+vm_note "UCT, remapring and rc_verbs"
+for tl in remapring rc_verbs; do
+    uct am_lat am_lat $tl 3 -s 8 -n 300 -w 30
+    uct am_bw_bcopy am_bw $tl 7 -D bcopy -s 8000 -n 300 -w 30
+    uct am_bw_zcopy am_bw $tl 7 -D zcopy -s 8000 -n 300 -w 30
+    uct put_bw put_bw $tl 7 -D zcopy -s 65536 -n 200 -w 20
+done
+
+vm_note "UCP, remapring,self and tcp,self"
+for tls in remapring,self tcp,self; do
+    ucp tag_lat $tls 3 -s 8 -n 300 -w 30
+    ucp tag_bw $tls 7 -s 1048576 -n 30 -w 3
+    ucp ucp_am_bw $tls 7 -s 32768 -n 200 -w 20
+done
+
+if [ -n "$client" ]; then
+    vm_note "ratios, remapring to the other transport in this boot"
+    awk '{ split($1, k, "/"); v[$1] = $3; t[k[1]] = 1 }
+         END {
+             split("am_lat am_bw_bcopy am_bw_zcopy put_bw tag_lat tag_bw" \
+                   " ucp_am_bw", order)
+             for (i = 1; i in order; ++i) {
+                 n = order[i]
+                 other = (n ~ /^(tag|ucp)/) ? "tcp" : "rc_verbs"
+                 if (!((n "/remapring") in v) || !((n "/" other) in v))
+                     continue
+                 unit = (n ~ /lat/) ? "us" : "MB/s"
+                 printf "   %-11s remapring %10.2f %s, %-8s %10.2f %s," \
+                        " ratio %.2f\n", n, v[n "/remapring"], unit, other,
+                        v[n "/" other], unit,
+                        v[n "/remapring"] / v[n "/" other]
+             }
+         }' $figures
+    sed 's/^/   figure: /' $figures
+fi
+
+# memuse TL: the memory of an ucx_perftest server and client connected
+# over TL (am_lat, one connection), sampled while they run: resident and
+# pinned (VmPin: registrations without ODP) kilobytes
+memuse() {
+    local tl=$1 p=$port spid cpid f
+    port=$((port + 1))
+    timeout 60 "${rr[@]}" ucx_perftest -t am_lat -x "$tl" -d rxe0:1 -p "$p" \
+        -n 2500 > /dev/null 2>&1 &
+    spid=$!
+    vm_wait_listen - "$p" 30
+    timeout 60 "${rr[@]}" ucx_perftest -t am_lat -x "$tl" -d rxe0:1 -p "$p" \
+        -n 2500 "$VM_IP" > /dev/null 2>&1 &
+    cpid=$!
+    sleep 3
+    for f in server:$spid client:$cpid; do
+        awk -v w="${f%%:*}" -v t="$tl" '
+            /^VmRSS|^VmPin/ { v[$1] = $2 }
+            END { printf "   memory %-9s %s: rss %6d KiB, pinned %6d KiB\n",
+                         t, w, v["VmRSS:"], v["VmPin:"] }' \
+            "/proc/$(pgrep -P "${f#*:}" ucx_perftest | head -1)/status" \
+            2>/dev/null
+    done
+    wait $spid $cpid
+}
+
+if [ "$where" = one ]; then
+    vm_note "memory of one connection, remapring and rc_verbs"
+    memuse remapring
+    memuse rc_verbs
+fi
+
+if [ -n "$apps" ] && [ "$where" = one ]; then
+    vm_note "ucp_hold over remapring,self on rxe0:1"
+    "${rr[@]}" UCX_TLS=remapring,self timeout 300 "$apps/ucp_hold" -n 3000 \
+        -s 7 -M 262144 > /tmp/hold 2>&1
+    st=$?
+    grep -v 'UCX  \(INFO\|DIAG\)' /tmp/hold | tail -12 | sed 's/^/   /'
+    [ $st -eq 0 ] && grep -q '^receiver: 0 errors, 0 lost' /tmp/hold &&
+        check "ucp_hold" || bad "ucp_hold: status $st"
+
+    vm_note "ucp_remap over remapring on rxe0:1, rendezvous by RDMA READ"
+    "${rr[@]}" UCX_TLS=remapring,self UCX_RNDV_SCHEME=get_zcopy \
+        UCX_RNDV_THRESH=16k timeout 120 "$apps/ucp_remap" -s 1048576 -r 6 \
+        > /tmp/remap 2>&1
+    st=$?
+    sed 's/^/   /' /tmp/remap
+    [ $st -eq 0 ] && grep -q '^PASS' /tmp/remap &&
+        check "ucp_remap: every round read the new memory" ||
+        bad "ucp_remap: status $st"
+fi
+
+# MPI across the guests over remapring: two ranks, one on each guest,
+# launched from a without ssh (contrib/vm/guest/lib.sh)
+if [ "$where" = pair ] && [ -n "$apps" ]; then
+    if [ "$VM_ROLE" = a ]; then
+        for mpi in ompi mpich; do
+            [ -x "$apps/mpi_pingpong_$mpi" ] || continue
+            (export LD_PRELOAD=$module UCX_TLS=remapring,self \
+                    UCX_NET_DEVICES=rxe0:1 UCX_SHM_DEVICES= \
+                    VM_MPI_TIMEOUT=180
+             vm_mpi_check "$mpi" "$apps/mpi_pingpong_$mpi" remapring/rxe0:1 \
+                 3 16) && check "MPI ping-pong, $mpi, over remapring" ||
+                bad "MPI ping-pong with $mpi over remapring"
+        done
+    fi
+    vm_barrier mpi || bad "the guests did not meet after MPI"
+fi
+
+[ $errors -eq 0 ] || vm_fail "$errors check(s) failed ($where, $mode)"
+echo "PASS: verbs $where $mode on $VM_KERNEL"
