@@ -259,7 +259,9 @@ static ucs_status_t uct_remapring_verbs_md_query(uct_md_h uct_md,
     md_attr->cap.alloc_mem_types  = 0;
     md_attr->cap.access_mem_types = UCS_BIT(UCS_MEMORY_TYPE_HOST);
     md_attr->cap.detect_mem_types = 0;
-    md_attr->cap.max_alloc        = 0;
+    md_attr->cap.max_alloc        = ULONG_MAX; /* no alloc (no FLAG_ALLOC): a
+                                                  bound on buffer sizes, as
+                                                  UCX's ib md reports */
     md_attr->cap.max_reg          = ULONG_MAX;
     /* what UCX's own verbs memory domains assume */
     md_attr->reg_cost             = ucs_linear_func_make(16e-6, 0.06e-9);
