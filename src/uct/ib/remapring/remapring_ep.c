@@ -280,6 +280,12 @@ static void uct_remapring_peer_destroy(uct_remapring_iface_t *iface,
     }
 #ifdef HAVE_VERBS
     if (peer->vconn != NULL) {
+        if (peer->backlog_pos < peer->backlog_len) {
+            ucs_warn("remapring: %zu bytes of active messages to %s dropped:"
+                     " the connection never came up", peer->backlog_len -
+                     peer->backlog_pos, peer->name);
+        }
+        ucs_free(peer->backlog);
         uct_remapring_verbs_peer_destroy(peer);
         ucs_free(peer);
         return;
@@ -552,6 +558,127 @@ uct_remapring_ep_behind_pending(const uct_remapring_iface_t *iface,
            (iface->tx.dispatching != ep);
 }
 
+/*
+ * Before a verbs connection is up (the sender waits for the receiver's
+ * reply to know its ring), active messages are copied to the peer's
+ * backlog, as UCX's connect-to-iface transports accept sends before their
+ * handshake: up to twice the largest bcopy, then UCS_ERR_NO_RESOURCE. Once
+ * the ring is known they are written in order before anything newer.
+ */
+typedef struct {
+    uint32_t length;
+    uint8_t  am_id;
+} UCS_S_PACKED uct_remapring_backlog_hdr_t;
+
+#define UCT_REMAPRING_BACKLOG_ALIGN 8
+
+static UCS_F_ALWAYS_INLINE int
+uct_remapring_peer_connecting(const uct_remapring_peer_t *peer)
+{
+    return (peer->vconn != NULL) && (peer->wire == NULL) &&
+           (peer->status == UCS_OK);
+}
+
+static size_t uct_remapring_backlog_size(const uct_remapring_iface_t *iface)
+{
+    return 2 * (iface->tx.max_bcopy + sizeof(uct_remapring_backlog_hdr_t) +
+                UCT_REMAPRING_BACKLOG_ALIGN);
+}
+
+/* Room for @a max_length bytes of message in the backlog, or NULL */
+static void *uct_remapring_backlog_reserve(uct_remapring_iface_t *iface,
+                                           uct_remapring_peer_t *peer,
+                                           size_t max_length)
+{
+    size_t size = uct_remapring_backlog_size(iface);
+
+    if (peer->backlog == NULL) {
+        peer->backlog = ucs_malloc(size, "remapring_backlog");
+        if (peer->backlog == NULL) {
+            return NULL;
+        }
+    }
+
+    if (peer->backlog_len + sizeof(uct_remapring_backlog_hdr_t) +
+        max_length > size) {
+        return NULL;
+    }
+
+    return peer->backlog + peer->backlog_len +
+           sizeof(uct_remapring_backlog_hdr_t);
+}
+
+static void uct_remapring_backlog_commit(uct_remapring_peer_t *peer,
+                                         uint8_t id, size_t length)
+{
+    uct_remapring_backlog_hdr_t hdr = {.length = length, .am_id = id};
+
+    memcpy(peer->backlog + peer->backlog_len, &hdr, sizeof(hdr));
+    peer->backlog_len += ucs_align_up_pow2(sizeof(hdr) + length,
+                                           UCT_REMAPRING_BACKLOG_ALIGN);
+}
+
+/* Keep a message of @a iov for the connection, or UCS_ERR_NO_RESOURCE */
+static ucs_status_t
+uct_remapring_backlog_add(uct_remapring_iface_t *iface,
+                          uct_remapring_peer_t *peer, uint8_t id,
+                          const struct iovec *iov, size_t iovcnt)
+{
+    size_t i, length = 0;
+    char *p;
+
+    for (i = 0; i < iovcnt; ++i) {
+        length += iov[i].iov_len;
+    }
+
+    p = uct_remapring_backlog_reserve(iface, peer, length);
+    if (p == NULL) {
+        return UCS_ERR_NO_RESOURCE;
+    }
+
+    for (i = 0; i < iovcnt; ++i) {
+        memcpy(p, iov[i].iov_base, iov[i].iov_len);
+        p += iov[i].iov_len;
+    }
+
+    uct_remapring_backlog_commit(peer, id, length);
+    return UCS_OK;
+}
+
+ucs_status_t uct_remapring_peer_replay(uct_remapring_peer_t *peer)
+{
+    uct_remapring_backlog_hdr_t hdr;
+    ucs_status_t status;
+    struct iovec iov;
+
+    if ((peer->wire == NULL) || (peer->status != UCS_OK)) {
+        return (peer->status != UCS_OK) ? peer->status : UCS_ERR_NO_RESOURCE;
+    }
+
+    while (peer->backlog_pos < peer->backlog_len) {
+        memcpy(&hdr, peer->backlog + peer->backlog_pos, sizeof(hdr));
+        iov.iov_base = peer->backlog + peer->backlog_pos + sizeof(hdr);
+        iov.iov_len  = hdr.length;
+        status = uct_remapring_ring_writer_send(&peer->writer, hdr.am_id, 0,
+                                                &iov, 1);
+        if (status == UCS_ERR_NO_RESOURCE) {
+            return uct_remapring_peer_stalled(peer);
+        } else if (status != UCS_OK) {
+            uct_remapring_peer_failed(peer, status,
+                                      "a write into its ring failed");
+            return status;
+        }
+
+        peer->backlog_pos += ucs_align_up_pow2(sizeof(hdr) + hdr.length,
+                                               UCT_REMAPRING_BACKLOG_ALIGN);
+    }
+
+    ucs_free(peer->backlog);
+    peer->backlog     = NULL;
+    peer->backlog_len = peer->backlog_pos = 0;
+    return UCS_OK;
+}
+
 /* The peer's writer, once its ring is ready; else the status to return */
 static UCS_F_ALWAYS_INLINE ucs_status_t
 uct_remapring_ep_ready(uct_remapring_iface_t *iface, uct_remapring_ep_t *ep)
@@ -566,7 +693,29 @@ uct_remapring_ep_ready(uct_remapring_iface_t *iface, uct_remapring_ep_t *ep)
         return UCS_ERR_NO_RESOURCE;
     }
 
+    /* what was kept before the connection goes first */
+    if (ucs_unlikely(peer->backlog != NULL)) {
+        return uct_remapring_peer_replay(peer);
+    }
+
     return UCS_OK;
+}
+
+/* A send that found its endpoint not ready with @a status: kept, if the
+ * verbs connection is on its way and nothing waits before it */
+static UCS_F_NOINLINE ucs_status_t
+uct_remapring_ep_send_early(uct_remapring_iface_t *iface,
+                            uct_remapring_ep_t *ep, ucs_status_t status,
+                            uint8_t id, const struct iovec *iov,
+                            size_t iovcnt)
+{
+    if ((status != UCS_ERR_NO_RESOURCE) ||
+        !uct_remapring_peer_connecting(ep->peer) ||
+        uct_remapring_ep_behind_pending(iface, ep)) {
+        return status;
+    }
+
+    return uct_remapring_backlog_add(iface, ep->peer, id, iov, iovcnt);
 }
 
 static UCS_F_ALWAYS_INLINE ucs_status_t
@@ -578,7 +727,8 @@ uct_remapring_ep_send(uct_remapring_iface_t *iface, uct_remapring_ep_t *ep,
 
     status = uct_remapring_ep_ready(iface, ep);
     if (ucs_unlikely(status != UCS_OK)) {
-        return status;
+        return uct_remapring_ep_send_early(iface, ep, status, id, iov,
+                                           iovcnt);
     }
 
     status = uct_remapring_ring_writer_send(&peer->writer, id, 0, iov, iovcnt);
@@ -689,7 +839,19 @@ ssize_t uct_remapring_ep_am_bcopy(uct_ep_h tl_ep, uint8_t id,
     UCT_CHECK_AM_ID(id);
     status = uct_remapring_ep_ready(iface, ep);
     if (ucs_unlikely(status != UCS_OK)) {
-        return status;
+        if ((status != UCS_ERR_NO_RESOURCE) ||
+            !uct_remapring_peer_connecting(ep->peer) ||
+            uct_remapring_ep_behind_pending(iface, ep) ||
+            ((iov.iov_base = uct_remapring_backlog_reserve(
+                      iface, ep->peer, iface->tx.max_bcopy)) == NULL)) {
+            return status;
+        }
+
+        /* kept for the connection, packed in place */
+        iov.iov_len = pack_cb(iov.iov_base, arg);
+        UCT_CHECK_LENGTH(iov.iov_len, 0, iface->tx.max_bcopy, "am_bcopy");
+        uct_remapring_backlog_commit(ep->peer, id, iov.iov_len);
+        goto out;
     }
 
     /* the packer cannot write into another process: pack here, then
@@ -707,6 +869,7 @@ ssize_t uct_remapring_ep_am_bcopy(uct_ep_h tl_ep, uint8_t id,
         return status;
     }
 
+out:
     UCT_TL_EP_STAT_OP(&ep->super, AM, BCOPY, iov.iov_len);
     uct_iface_trace_am(&iface->super, UCT_AM_TRACE_TYPE_SEND, id,
                        iov.iov_base, iov.iov_len, "TX: AM_BCOPY");
@@ -982,9 +1145,11 @@ static int uct_remapring_ep_can_send(uct_remapring_ep_t *ep, size_t length)
 
 #ifdef HAVE_VERBS
     /* the verbs wire also needs send requests and staging room, freed by
-     * completions only */
+     * completions only, and what was kept before the connection sent */
     if ((peer->vconn != NULL) &&
-        !uct_remapring_verbs_peer_can_post(peer, length)) {
+        (!uct_remapring_verbs_peer_can_post(peer, length) ||
+         ((peer->backlog != NULL) &&
+          (uct_remapring_peer_replay(peer) != UCS_OK)))) {
         return 0;
     }
 #endif

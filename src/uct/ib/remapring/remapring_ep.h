@@ -30,6 +30,10 @@ struct uct_remapring_peer {
     ucs_list_link_t             eps;      /* endpoints using it */
     struct uct_remapring_vconn  *vconn;   /* verbs wire: its connection */
     char                        name[64]; /* the receiver, for the log */
+    /* verbs wire: active messages sent before the connection was up, in
+     * order, replayed once it is (uct_remapring_peer_replay) */
+    char                        *backlog;
+    size_t                      backlog_len, backlog_pos;
 };
 
 
@@ -132,6 +136,14 @@ ucs_status_t uct_remapring_ep_check(uct_ep_h tl_ep, unsigned flags,
  */
 void uct_remapring_peer_failed(uct_remapring_peer_t *peer,
                                ucs_status_t status, const char *reason);
+
+/**
+ * Send the active messages kept while the peer's verbs connection was not
+ * up, in order, as far as credit and send resources go: UCS_OK when none
+ * is left, UCS_ERR_NO_RESOURCE when some are (again on the next credit or
+ * completion), or the peer's failure.
+ */
+ucs_status_t uct_remapring_peer_replay(uct_remapring_peer_t *peer);
 
 /**
  * Send-side progress: reschedule endpoints whose ring got credit back and

@@ -231,6 +231,11 @@ static void uct_remapring_vconn_op_done(uct_remapring_vconn_t *vconn,
     if (op->comp != NULL) {
         uct_invoke_completion(op->comp, status);
     }
+
+    /* send requests and staging came back */
+    if ((vconn->peer != NULL) && (vconn->peer->backlog != NULL)) {
+        (void)uct_remapring_peer_replay(vconn->peer);
+    }
 }
 
 
@@ -1003,6 +1008,9 @@ static void uct_remapring_tx_vconn_credit(uct_remapring_vconn_t *vconn,
 
     vconn->limit     += (uint64_t)delta << vconn->block_shift;
     vconn->stall_sent = 0;
+    if (vconn->peer->backlog != NULL) {
+        (void)uct_remapring_peer_replay(vconn->peer);
+    }
 }
 
 /* The reply came: the ring exists, the wire can write */
@@ -1079,6 +1087,9 @@ static void uct_remapring_tx_vconn_established(uct_remapring_vconn_t *vconn,
     ucs_debug("remapring: connected to %s, %s mode, %u slots of %u bytes",
               vconn->name, uct_remapring_verbs_mode_str(rep.mode),
               rep.nslots, rep.block_size);
+    if (peer->backlog != NULL) {
+        (void)uct_remapring_peer_replay(peer); /* the rest with credit */
+    }
 }
 
 /* The route is known: make the QP and ask */
@@ -1875,9 +1886,14 @@ ucs_status_t uct_remapring_verbs_ep_flush(uct_ep_h tl_ep, unsigned flags,
         return peer->status;
     }
 
+    if (peer->backlog != NULL) {
+        /* messages kept for the connection are not sent yet */
+        return UCS_ERR_NO_RESOURCE;
+    }
+
     if ((peer->vconn == NULL) ||
         (peer->vconn->state != UCT_REMAPRING_VCONN_READY)) {
-        /* nothing was sent: sends wait for the connection */
+        /* nothing was sent */
         return UCS_OK;
     }
 
@@ -1923,9 +1939,12 @@ ucs_status_t uct_remapring_verbs_iface_flush(uct_iface_h tl_iface,
     }
 
     kh_foreach_value(&iface->tx.peers, peer, {
-        if ((peer->status == UCS_OK) && (peer->vconn != NULL) &&
-            (peer->vconn->state == UCT_REMAPRING_VCONN_READY) &&
-            (uct_remapring_vconn_flush(peer->vconn, NULL) != UCS_OK)) {
+        if ((peer->status == UCS_OK) && (peer->backlog != NULL)) {
+            status = UCS_INPROGRESS; /* kept for the connection */
+        } else if ((peer->status == UCS_OK) && (peer->vconn != NULL) &&
+                   (peer->vconn->state == UCT_REMAPRING_VCONN_READY) &&
+                   (uct_remapring_vconn_flush(peer->vconn, NULL) !=
+                    UCS_OK)) {
             status = UCS_INPROGRESS;
         }
     })
