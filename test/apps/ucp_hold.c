@@ -13,10 +13,15 @@
  *
  * usage: ucp_hold [-n count] [-s seed] [-M max_size] [-m min_size]
  *                 [-p hold_percent] [-t hold_max_usec] [-H max_held]
- *                 [-T am|tag|both] [-D bytes]
+ *                 [-T am|tag|both] [-D bytes] [-L port | -C host:port]
  *   -D  fail if an eager active message of more than this many bytes
  *       arrives without a data descriptor
  *       (the transport delivered it without UCT_CB_PARAM_FLAG_DESC)
+ *   -L  be the receiver only, on another host than the sender: listen on
+ *       TCP port for the sender's connection (the addresses and results go
+ *       over it instead of the socketpair)
+ *   -C  be the sender only, connecting to the receiver's host:port; both
+ *       sides must be given the same options
  */
 #define _GNU_SOURCE
 #include <ucp/api/ucp.h>
@@ -28,6 +33,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <netdb.h>
+#include <netinet/in.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -724,16 +731,74 @@ static void usage(const char *prog)
 {
     fprintf(stderr, "usage: %s [-n count] [-s seed] [-M max_size] "
             "[-m min_size] [-p hold_percent] [-t hold_max_usec] "
-            "[-H max_held] [-T am|tag|both] [-D bytes]\n", prog);
+            "[-H max_held] [-T am|tag|both] [-D bytes] "
+            "[-L port | -C host:port]\n", prog);
     exit(2);
+}
+
+/* The receiver's end across hosts: one connection accepted on @a port */
+static int listen_one(const char *port)
+{
+    struct sockaddr_in6 sa = {.sin6_family = AF_INET6,
+                              .sin6_port   = htons(atoi(port))};
+    int one = 1, lfd, fd;
+
+    lfd = socket(AF_INET6, SOCK_STREAM, 0);
+    if ((lfd < 0) ||
+        (setsockopt(lfd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one)) < 0) ||
+        (bind(lfd, (struct sockaddr*)&sa, sizeof(sa)) < 0) ||
+        (listen(lfd, 1) < 0)) {
+        perror("ucp_hold: listen");
+        return -1;
+    }
+    fd = accept(lfd, NULL, NULL);
+    if (fd < 0) {
+        perror("ucp_hold: accept");
+    }
+    close(lfd);
+    return fd;
+}
+
+/* The sender's end: connected to @a hostport (host:port), retried while
+ * the receiver is not listening yet */
+static int connect_to(char *hostport)
+{
+    struct addrinfo hints = {.ai_socktype = SOCK_STREAM}, *ai;
+    char *colon = strrchr(hostport, ':');
+    int fd, tries;
+
+    if (colon == NULL) {
+        fprintf(stderr, "ucp_hold: -C %s: host:port expected\n", hostport);
+        return -1;
+    }
+    *colon = '\0';
+    if (getaddrinfo(hostport, colon + 1, &hints, &ai) != 0) {
+        fprintf(stderr, "ucp_hold: cannot resolve %s\n", hostport);
+        return -1;
+    }
+    for (tries = 0; tries < 300; ++tries) {
+        fd = socket(ai->ai_family, SOCK_STREAM, 0);
+        if ((fd >= 0) && (connect(fd, ai->ai_addr, ai->ai_addrlen) == 0)) {
+            freeaddrinfo(ai);
+            return fd;
+        }
+        if (fd >= 0) {
+            close(fd);
+        }
+        usleep(100000);
+    }
+    perror("ucp_hold: connect");
+    freeaddrinfo(ai);
+    return -1;
 }
 
 int main(int argc, char **argv)
 {
     int   sv[2], c, st, rc;
+    char  *listen_port = NULL, *connect_addr = NULL;
     pid_t pid;
 
-    while ((c = getopt(argc, argv, "n:s:M:m:p:t:H:T:D:h")) != -1) {
+    while ((c = getopt(argc, argv, "n:s:M:m:p:t:H:T:D:L:C:h")) != -1) {
         switch (c) {
         case 'n': opt.count       = strtoull(optarg, NULL, 0); break;
         case 's': opt.seed        = strtoull(optarg, NULL, 0); break;
@@ -743,6 +808,8 @@ int main(int argc, char **argv)
         case 't': opt.hold_usec   = atof(optarg);              break;
         case 'H': opt.max_held    = strtoull(optarg, NULL, 0); break;
         case 'D': opt.expect_desc = atol(optarg);              break;
+        case 'L': listen_port     = optarg;                    break;
+        case 'C': connect_addr    = optarg;                    break;
         case 'T':
             opt.use_am  = strcmp(optarg, "tag") != 0;
             opt.use_tag = strcmp(optarg, "am") != 0;
@@ -762,6 +829,25 @@ int main(int argc, char **argv)
            opt.use_am && opt.use_tag ? "am and tag" :
            opt.use_am ? "am" : "tag");
     fflush(stdout);
+
+    if ((listen_port != NULL) || (connect_addr != NULL)) {
+        if ((listen_port != NULL) && (connect_addr != NULL)) {
+            usage(argv[0]);
+        }
+        oob_fd = (listen_port != NULL) ? listen_one(listen_port) :
+                 connect_to(connect_addr);
+        if (oob_fd < 0) {
+            return 2;
+        }
+        if (connect_addr != NULL) {
+            return sender(oob_fd);
+        }
+        rc = receiver(oob_fd);
+        if (rc == 0) {
+            printf("PASS\n");
+        }
+        return rc;
+    }
 
     if (socketpair(AF_UNIX, SOCK_STREAM, 0, sv) < 0) {
         perror("socketpair");

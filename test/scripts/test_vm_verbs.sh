@@ -11,9 +11,9 @@
 #           and new memory mapped at its address, the next transfer reads
 #           the new memory)
 #   pair    two guests on a qemu socket network, the 7.x kernel: the same
-#           figures between them (servers on vm-a, clients on vm-b), and
-#           test/apps/mpi_pingpong.c with Open MPI and MPICH, one rank on
-#           each guest, over remapring,self
+#           figures between them (servers on vm-a, clients on vm-b),
+#           ucp_hold between them, and test/apps/mpi_pingpong.c with Open
+#           MPI and MPICH, one rank on each guest, over remapring,self
 #   pinned  one guest, Debian 12's 6.1 kernel (no ODP): pinned mode, the
 #           same as odp
 #   pinned-pair  two guests on the 6.1 kernel
@@ -42,16 +42,15 @@ for app in ucp_hold ucp_remap; do
 done
 apps=(-a "$tmp/apps:/payload/apps")
 # the ping-pong, built here against the host's MPIs, for the pairs
-mkdir "$tmp/mpi"
 if command -v mpicc.mpich >/dev/null; then
-    mpicc.mpich -O2 -o "$tmp/mpi/mpi_pingpong_mpich" \
+    mpicc.mpich -O2 -o "$tmp/apps/mpi_pingpong_mpich" \
         "$REMAPRING_SRCDIR/test/apps/mpi_pingpong.c" || fail "mpicc.mpich"
 fi
 if command -v mpicc.openmpi >/dev/null; then
-    mpicc.openmpi -O2 -o "$tmp/mpi/mpi_pingpong_ompi" \
+    mpicc.openmpi -O2 -o "$tmp/apps/mpi_pingpong_ompi" \
         "$REMAPRING_SRCDIR/test/apps/mpi_pingpong.c" || fail "mpicc.openmpi"
 fi
-mpi=(-M -a "$tmp/mpi:/payload/mpi")
+mpi=(-M)
 job=("$jobs/verbs.sh")
 
 for p in $parts; do
@@ -60,14 +59,15 @@ for p in $parts; do
         part odp -t 420 -k odp "${module[@]}" "${apps[@]}" "${job[@]}" \
             one odp /payload/libuct_remapring.so /payload/apps ;;
     pair)
-        part pair -t 420 -2 -k odp "${module[@]}" "${mpi[@]}" "${job[@]}" \
-            pair odp /payload/libuct_remapring.so /payload/mpi ;;
+        part pair -t 420 -2 -k odp "${module[@]}" "${apps[@]}" "${mpi[@]}" \
+            "${job[@]}" pair odp /payload/libuct_remapring.so /payload/apps ;;
     pinned)
         part pinned -t 420 -k pinned "${module[@]}" "${apps[@]}" \
             "${job[@]}" one pinned /payload/libuct_remapring.so /payload/apps ;;
     pinned-pair)
-        part pinned-pair -t 420 -2 -k pinned "${module[@]}" "${mpi[@]}" \
-            "${job[@]}" pair pinned /payload/libuct_remapring.so /payload/mpi ;;
+        part pinned-pair -t 420 -2 -k pinned "${module[@]}" "${apps[@]}" \
+            "${mpi[@]}" "${job[@]}" pair pinned /payload/libuct_remapring.so \
+            /payload/apps ;;
     suites)
         # UCX's UCT suites on rxe0:1 (the harness contrib/test.sh builds)
         if ! harness=$("$REMAPRING_SRCDIR/contrib/ucx-gtest.sh" build 2>&1 |

@@ -12,9 +12,9 @@
 #   MODE    odp or pinned: the mode the interface must report
 #   MODULE  libuct_remapring.so, preloaded
 #   APPS    a directory with programs of test/apps built on the host:
-#           in one guest ucp_hold and ucp_remap (ucp_hold forks its two
-#           processes, ucp_remap has two workers in one), between two
-#           mpi_pingpong_ompi and mpi_pingpong_mpich (needs run.sh -M)
+#           ucp_hold and ucp_remap in one guest (ucp_remap has two
+#           workers in one process), ucp_hold, mpi_pingpong_ompi and
+#           mpi_pingpong_mpich between two (MPI needs run.sh -M)
 # Runs, the shm devices left out (UCX_SHM_DEVICES= ) so that the traffic
 # is on rxe0:1:
 #   ucx_info -d lists remapring on rxe0:1, the log names MODE
@@ -26,7 +26,8 @@
 #   the memory (resident, pinned) of a server and a client connected over
 #   remapring and over rc_verbs (one guest)
 #   ucp_hold: held messages while the sender laps the ring, bytes checked
-#   pair, with APPS: test/apps/mpi_pingpong (APPS/mpi_pingpong_ompi and
+#   pair, with APPS: ucp_hold with the receiver on vm-a and the sender on
+#   vm-b (-L/-C), and test/apps/mpi_pingpong (APPS/mpi_pingpong_ompi and
 #   _mpich, built on the host) across the guests over remapring,self
 #   ucp_remap: a buffer sent by rendezvous (RDMA READ from its
 #   registration), unmapped, new memory mapped at its address (mmap
@@ -204,6 +205,27 @@ if [ -n "$apps" ] && [ "$where" = one ]; then
     [ $st -eq 0 ] && grep -q '^PASS' /tmp/remap &&
         check "ucp_remap: every round read the new memory" ||
         bad "ucp_remap: status $st"
+fi
+
+# ucp_hold across the guests: the receiver on a, the sender on b
+if [ "$where" = pair ] && [ -n "$apps" ]; then
+    vm_note "ucp_hold from vm-b to vm-a over remapring,self on rxe0:1"
+    if [ "$VM_ROLE" = a ]; then
+        hold=(-L 17800)
+    else
+        hold=(-C vm-a:17800)
+    fi
+    "${rr[@]}" UCX_TLS=remapring,self timeout 300 "$apps/ucp_hold" -n 3000 \
+        -s 7 -M 262144 "${hold[@]}" > /tmp/hold 2>&1
+    st=$?
+    grep -v 'UCX  \(INFO\|DIAG\)' /tmp/hold | tail -6 | sed 's/^/   /'
+    if [ "$VM_ROLE" = a ]; then
+        [ $st -eq 0 ] && grep -q '^receiver: 0 errors, 0 lost' /tmp/hold &&
+            check "ucp_hold, the receiver" || bad "ucp_hold: status $st"
+    else
+        [ $st -eq 0 ] && check "ucp_hold, the sender" ||
+            bad "ucp_hold: status $st"
+    fi
 fi
 
 # MPI across the guests over remapring: two ranks, one on each guest,
