@@ -109,10 +109,15 @@ uct_remapring_vconn_post(uct_remapring_vconn_t *vconn,
         return UCS_ERR_NO_RESOURCE;
     }
 
-    /* a full queue must keep one signaled request in flight */
+    /* a full queue, or a staging buffer filling up, must keep a signaled
+     * request in flight: only its completion gives them back */
     signal = signal || (comp != NULL) ||
              (vconn->unsignaled + 1 >= verbs->sig_every) ||
-             (vconn->sq_avail <= verbs->sig_every);
+             (vconn->sq_avail <= verbs->sig_every) ||
+             ((vconn->staging_size > 0) &&
+              (staging_end > vconn->staging_signaled) &&
+              (staging_end - vconn->staging_signaled >=
+               vconn->staging_size / 4));
     wr->next = NULL;
     if (signal) {
         index          = (vconn->ops_head + vconn->ops_count) %
@@ -139,6 +144,9 @@ uct_remapring_vconn_post(uct_remapring_vconn_t *vconn,
     if (signal) {
         ++vconn->ops_count;
         vconn->unsignaled = 0;
+        if (staging_end > vconn->staging_signaled) {
+            vconn->staging_signaled = staging_end;
+        }
     } else {
         ++vconn->unsignaled;
     }

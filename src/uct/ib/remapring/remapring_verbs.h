@@ -238,6 +238,8 @@ struct uct_remapring_vconn {
     size_t                     staging_size;
     struct ibv_mr              *staging_mr;
     uint64_t                   staging_head, staging_tail;
+    uint64_t                   staging_signaled; /* staging_end of the last
+                                                    signaled request */
     uct_remapring_verbs_slot_t *table;    /* pinned: written by the receiver */
     struct ibv_mr              *table_mr;
     uint64_t                   limit;     /* credit, from the receiver */
