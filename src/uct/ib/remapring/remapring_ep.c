@@ -280,10 +280,11 @@ static void uct_remapring_peer_destroy(uct_remapring_iface_t *iface,
     }
 #ifdef HAVE_VERBS
     if (peer->vconn != NULL) {
+        /* as a destroyed endpoint's sends in flight are, on any wire */
         if (peer->backlog_pos < peer->backlog_len) {
-            ucs_warn("remapring: %zu bytes of active messages to %s dropped:"
-                     " the connection never came up", peer->backlog_len -
-                     peer->backlog_pos, peer->name);
+            ucs_debug("remapring: %zu bytes of active messages to %s dropped:"
+                      " the connection never came up", peer->backlog_len -
+                      peer->backlog_pos, peer->name);
         }
         ucs_free(peer->backlog);
         uct_remapring_verbs_peer_destroy(peer);
