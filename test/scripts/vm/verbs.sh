@@ -23,6 +23,8 @@
 #   put_bw (zcopy 64 KiB) over remapring and over rc_verbs, ratios printed
 #   UCP tag_lat (8 B), tag_bw (1 MiB) and ucp_am_bw (32 KiB) over
 #   remapring,self and over tcp,self, ratios printed; the lanes UCP chose
+#   a receiver killed while the sender streams: the sender fails within a
+#   second (one guest)
 #   the memory (resident, pinned) of a server and a client connected over
 #   remapring and over rc_verbs (one guest)
 #   ucp_hold: held messages while the sender laps the ring, bytes checked
@@ -181,7 +183,55 @@ memuse() {
     wait $spid $cpid
 }
 
+# killed: a receiver process killed while its sender streams to it; the
+# sender's endpoint must fail (its log says why) within a second of the
+# receiver being gone
+killed() {
+    local p=$port spid cpid victim t0 tgone t1
+    local failed='remapring: (connection to |ep 0x[0-9a-f]+ to )'
+    port=$((port + 1))
+    vm_note "peer failure: the receiver killed while the sender streams"
+    timeout 60 "${rr[@]}" ucx_perftest -t am_bw -x remapring -d rxe0:1 \
+        -D bcopy -s 8000 -n 100000000 -p "$p" > /tmp/killed.server 2>&1 &
+    spid=$!
+    vm_wait_listen - "$p" 30
+    timeout 60 "${rr[@]}" UCX_LOG_LEVEL=diag stdbuf -oL -eL ucx_perftest \
+        -t am_bw -x remapring -d rxe0:1 -D bcopy -s 8000 -n 100000000 \
+        -p "$p" "$VM_IP" > /tmp/killed.client 2>&1 &
+    cpid=$!
+    sleep 3
+    # dead is gone: under TCG the kernel takes most of a second to tear a
+    # process down, and the sender may notice during it
+    victim=$(pgrep -P "$spid" ucx_perftest)
+    t0=$(date +%s.%N)
+    kill -KILL "$victim"
+    while kill -0 "$victim" 2>/dev/null; do
+        sleep 0.01
+    done
+    tgone=$(date +%s.%N)
+    sleep 3
+    kill "$cpid" 2>/dev/null
+    wait "$spid" "$cpid" 2>/dev/null
+    # the first failure report: a QP error (the dead process's keys are
+    # gone) or the disconnect, then the endpoint's failure
+    t1=$(grep -m1 -E "$failed" /tmp/killed.client |
+             sed -n 's/^\[\([0-9.]*\)\].*/\1/p')
+    grep -E "$failed" /tmp/killed.client | head -2 | sed 's/^/   /'
+    if [ -z "$t1" ]; then
+        tail -5 /tmp/killed.client | sed 's/^/   /'
+        bad "the sender saw no failure after its receiver was killed"
+    elif awk -v a="$t0" -v g="$tgone" -v b="$t1" 'BEGIN {
+             printf "   the receiver was gone %.3f s after the kill, the" \
+                    " sender failed %.3f s after the kill\n", g - a, b - a
+             exit !(b - g < 1.0) }'; then
+        check "a killed receiver fails its sender within a second"
+    else
+        bad "the sender failed more than a second after the kill"
+    fi
+}
+
 if [ "$where" = one ]; then
+    killed
     vm_note "memory of one connection, remapring and rc_verbs"
     memuse remapring
     memuse rc_verbs
