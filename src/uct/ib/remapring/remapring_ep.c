@@ -702,17 +702,26 @@ uct_remapring_ep_ready(uct_remapring_iface_t *iface, uct_remapring_ep_t *ep)
     return UCS_OK;
 }
 
-/* A send that found its endpoint not ready with @a status: kept, if the
- * verbs connection is on its way and nothing waits before it */
+/* Whether a send that found @a ep not ready with @a status may be kept
+ * for the connection: the verbs connection is on its way and nothing waits
+ * before it */
+static int uct_remapring_ep_may_keep(uct_remapring_iface_t *iface,
+                                     uct_remapring_ep_t *ep,
+                                     ucs_status_t status)
+{
+    return (status == UCS_ERR_NO_RESOURCE) &&
+           uct_remapring_peer_connecting(ep->peer) &&
+           !uct_remapring_ep_behind_pending(iface, ep);
+}
+
+/* A send that found its endpoint not ready with @a status: kept if it may */
 static UCS_F_NOINLINE ucs_status_t
 uct_remapring_ep_send_early(uct_remapring_iface_t *iface,
                             uct_remapring_ep_t *ep, ucs_status_t status,
                             uint8_t id, const struct iovec *iov,
                             size_t iovcnt)
 {
-    if ((status != UCS_ERR_NO_RESOURCE) ||
-        !uct_remapring_peer_connecting(ep->peer) ||
-        uct_remapring_ep_behind_pending(iface, ep)) {
+    if (!uct_remapring_ep_may_keep(iface, ep, status)) {
         return status;
     }
 
@@ -840,9 +849,7 @@ ssize_t uct_remapring_ep_am_bcopy(uct_ep_h tl_ep, uint8_t id,
     UCT_CHECK_AM_ID(id);
     status = uct_remapring_ep_ready(iface, ep);
     if (ucs_unlikely(status != UCS_OK)) {
-        if ((status != UCS_ERR_NO_RESOURCE) ||
-            !uct_remapring_peer_connecting(ep->peer) ||
-            uct_remapring_ep_behind_pending(iface, ep) ||
+        if (!uct_remapring_ep_may_keep(iface, ep, status) ||
             ((iov.iov_base = uct_remapring_backlog_reserve(
                       iface, ep->peer, iface->tx.max_bcopy)) == NULL)) {
             return status;
