@@ -21,13 +21,14 @@
 #           on the 7.x kernel, where they also instantiate on rxe0:1
 #           (test/scripts/vm/ucx_suites.sh; about 4 minutes under TCG);
 #           left out, with the reason, when the harness cannot be built
+#   pinned-suites  the same on the 6.1 kernel, in pinned mode
 # Skipped, with the reason, where the bed cannot be set up or qemu cannot
-# boot. VM_VERBS_PARTS (default "odp pair pinned pinned-pair suites")
-# selects the parts.
+# boot. VM_VERBS_PARTS (default "odp pair pinned pinned-pair suites
+# pinned-suites") selects the parts.
 #
 . "$(dirname "$0")/common.sh"
 . "$(dirname "$0")/vm_host.sh"
-parts=${VM_VERBS_PARTS:-odp pair pinned pinned-pair suites}
+parts=${VM_VERBS_PARTS:-odp pair pinned pinned-pair suites pinned-suites}
 
 vm_setup
 
@@ -67,17 +68,22 @@ for p in $parts; do
         part pinned-pair -t 420 -2 -k pinned "${module[@]}" "${apps[@]}" \
             "${mpi[@]}" "${job[@]}" pair pinned /payload/libuct_remapring.so \
             /payload/apps ;;
-    suites)
+    suites|pinned-suites)
         # UCX's UCT suites on rxe0:1 (the harness contrib/test.sh builds)
         if ! harness=$("$REMAPRING_SRCDIR/contrib/ucx-gtest.sh" build 2>&1 |
                        tail -1) || [ ! -x "$harness" ]; then
             note "suites: no UCX harness ($harness): left out"
             continue
         fi
-        mkdir -p "$tmp/harness"
-        strip -o "$tmp/harness/gtest" "$harness" || fail "strip $harness"
-        touch "$tmp/harness/.ready"
-        part suites -t 600 -m 4096 -k odp "${module[@]}" \
+        if [ ! -f "$tmp/harness/.ready" ]; then
+            mkdir -p "$tmp/harness"
+            strip -o "$tmp/harness/gtest" "$harness" ||
+                fail "strip $harness"
+            touch "$tmp/harness/.ready"
+        fi
+        kernel=odp
+        [ "$p" = suites ] || kernel=pinned
+        part "$p" -t 600 -m 4096 -k $kernel "${module[@]}" \
             -a "$REMAPRING_SRCDIR/contrib:/payload/contrib" \
             -a "$tmp/harness:$(dirname "$harness")" \
             "$jobs/ucx_suites.sh" /payload/contrib \
