@@ -2193,13 +2193,18 @@ uct_remapring_verbs_iface_init(uct_remapring_iface_t *iface,
         goto err;
     }
 
+    if (config->verbs_mode != UCT_REMAPRING_VERBS_MODE_PINNED) {
+        uct_remapring_verbs_dev_probe_odp(dev);
+    }
+
     if (config->verbs_mode == UCT_REMAPRING_VERBS_MODE_AUTO) {
         verbs->mode = dev->odp ? UCT_REMAPRING_VERBS_MODE_ODP :
                                  UCT_REMAPRING_VERBS_MODE_PINNED;
     } else if ((config->verbs_mode == UCT_REMAPRING_VERBS_MODE_ODP) &&
                !dev->odp) {
         ucs_error("remapring: UCX_REMAPRING_VERBS_MODE=odp, but %s reports"
-                  " no ODP for RC WRITE and READ", dev->name);
+                  " no ODP for RC WRITE and READ, or its ODP writes do not"
+                  " land as sent", dev->name);
         status = UCS_ERR_UNSUPPORTED;
         goto err;
     } else {

@@ -87,6 +87,7 @@ typedef struct uct_remapring_verbs_dev {
     struct ibv_pd      *pd;
     int                odp;   /* explicit ODP for RC WRITE and READ */
     unsigned           odp_rec_align; /* record alignment in odp mode */
+    int                odp_probed; /* uct_remapring_verbs_dev_probe_odp() */
     unsigned           max_rd_atomic;
     char               name[IBV_SYSFS_NAME_MAX];
 } uct_remapring_verbs_dev_t;
@@ -323,6 +324,10 @@ int uct_remapring_md_is_verbs(uct_md_h md);
 
 /** The IP address of port @a port of @a ctx, and the index and value of
  *  its GID; false if it has none */
+/** Once per device, where it reports ODP: where its ODP writes land
+ *  (sets odp_rec_align, or clears odp when they land elsewhere) */
+void uct_remapring_verbs_dev_probe_odp(uct_remapring_verbs_dev_t *dev);
+
 int uct_remapring_verbs_port_gid(struct ibv_context *ctx, uint8_t port,
                                  struct sockaddr_storage *ss, int *index_p,
                                  union ibv_gid *gid_p);

@@ -675,6 +675,30 @@ out:
     return result;
 }
 
+void uct_remapring_verbs_dev_probe_odp(uct_remapring_verbs_dev_t *dev)
+{
+    if (!dev->odp || dev->odp_probed) {
+        return;
+    }
+
+    dev->odp_probed = 1;
+    switch (uct_remapring_verbs_odp_probe(dev)) {
+    case UCT_REMAPRING_ODP_EXACT:
+        break;
+    case UCT_REMAPRING_ODP_PAGE_START:
+        ucs_diag("remapring: %s places an ODP write that starts inside a"
+                 " page at the start of the page: in odp mode records start"
+                 " on pages", dev->name);
+        dev->odp_rec_align = ucs_get_page_size();
+        break;
+    default:
+        ucs_diag("remapring: an ODP write on %s did not land as sent: the"
+                 " pinned mode is used", dev->name);
+        dev->odp = 0;
+        break;
+    }
+}
+
 static void uct_remapring_verbs_md_close(uct_md_h uct_md)
 {
     uct_remapring_md_t *md = ucs_derived_of(uct_md, uct_remapring_md_t);
@@ -737,24 +761,10 @@ ucs_status_t uct_remapring_verbs_md_open(uct_component_t *component,
         goto err_free;
     }
 
+    /* probed when an interface first needs to know (every UCX process
+     * opens every memory domain, most never use it) */
     dev->odp_rec_align = UCT_REMAPRING_RING_ALIGN;
-    if (dev->odp) {
-        switch (uct_remapring_verbs_odp_probe(dev)) {
-        case UCT_REMAPRING_ODP_EXACT:
-            break;
-        case UCT_REMAPRING_ODP_PAGE_START:
-            ucs_diag("remapring: %s places an ODP write that starts inside a"
-                     " page at the start of the page: in odp mode records"
-                     " start on pages", name);
-            dev->odp_rec_align = ucs_get_page_size();
-            break;
-        default:
-            ucs_diag("remapring: an ODP write on %s did not complete as"
-                     " sent: the pinned mode is used", name);
-            dev->odp = 0;
-            break;
-        }
-    }
+    dev->odp_probed    = 0;
 
     md->super.ops       = &uct_remapring_verbs_md_ops;
     md->super.component = component;
