@@ -430,6 +430,22 @@ static int uct_remapring_iface_is_reachable(const uct_iface_h tl_iface,
     return 1;
 }
 
+
+void uct_remapring_iface_query_am(const uct_remapring_iface_t *iface,
+                                  uct_iface_attr_t *iface_attr)
+{
+    /* the 8-byte header included, as UCX's transports count it */
+    iface_attr->cap.am.max_short       = iface->tx.max_short;
+    iface_attr->cap.am.max_bcopy       = iface->tx.max_bcopy;
+    iface_attr->cap.am.min_zcopy       = 0;
+    iface_attr->cap.am.max_zcopy       = iface->tx.max_bcopy -
+                                         UCT_REMAPRING_AM_MAX_HDR;
+    iface_attr->cap.am.opt_zcopy_align = 1;
+    iface_attr->cap.am.align_mtu       = 1;
+    iface_attr->cap.am.max_hdr         = UCT_REMAPRING_AM_MAX_HDR;
+    iface_attr->cap.am.max_iov         = UCT_REMAPRING_MAX_IOV;
+}
+
 static ucs_status_t uct_remapring_iface_query(uct_iface_h tl_iface,
                                               uct_iface_attr_t *iface_attr)
 {
@@ -453,16 +469,7 @@ static ucs_status_t uct_remapring_iface_query(uct_iface_h tl_iface,
                             UCT_IFACE_FLAG_ERRHANDLE_PEER_FAILURE |
                             UCT_IFACE_FLAG_EP_CHECK;
 
-    /* the 8-byte header included, as UCX's transports count it */
-    iface_attr->cap.am.max_short       = iface->tx.max_short;
-    iface_attr->cap.am.max_bcopy       = iface->tx.max_bcopy;
-    iface_attr->cap.am.min_zcopy       = 0;
-    iface_attr->cap.am.max_zcopy       = iface->tx.max_bcopy -
-                                         UCT_REMAPRING_AM_MAX_HDR;
-    iface_attr->cap.am.opt_zcopy_align = 1;
-    iface_attr->cap.am.align_mtu       = 1;
-    iface_attr->cap.am.max_hdr         = UCT_REMAPRING_AM_MAX_HDR;
-    iface_attr->cap.am.max_iov         = UCT_REMAPRING_MAX_IOV;
+    uct_remapring_iface_query_am(iface, iface_attr);
 
     iface_attr->cap.put.max_short       = iface->tx.max_short;
     iface_attr->cap.put.max_bcopy       = iface->tx.max_bcopy;

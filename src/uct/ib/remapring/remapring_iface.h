@@ -163,4 +163,9 @@ uct_remapring_iface_check_peer(uct_remapring_iface_t *iface,
                                const uct_remapring_iface_addr_t *addr,
                                ucs_log_level_t log_level);
 
+/** The active message capabilities, the same on every wire (one ring
+ *  writer) */
+void uct_remapring_iface_query_am(const uct_remapring_iface_t *iface,
+                                  uct_iface_attr_t *iface_attr);
+
 #endif

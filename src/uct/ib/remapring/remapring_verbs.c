@@ -2047,15 +2047,7 @@ ucs_status_t uct_remapring_verbs_iface_query(uct_iface_h tl_iface,
                             UCT_IFACE_FLAG_ERRHANDLE_PEER_FAILURE |
                             UCT_IFACE_FLAG_EP_CHECK;
 
-    iface_attr->cap.am.max_short       = iface->tx.max_short;
-    iface_attr->cap.am.max_bcopy       = iface->tx.max_bcopy;
-    iface_attr->cap.am.min_zcopy       = 0;
-    iface_attr->cap.am.max_zcopy       = iface->tx.max_bcopy -
-                                         UCT_REMAPRING_AM_MAX_HDR;
-    iface_attr->cap.am.opt_zcopy_align = 1;
-    iface_attr->cap.am.align_mtu       = 1;
-    iface_attr->cap.am.max_hdr         = UCT_REMAPRING_AM_MAX_HDR;
-    iface_attr->cap.am.max_iov         = UCT_REMAPRING_MAX_IOV;
+    uct_remapring_iface_query_am(iface, iface_attr); /* the same ring */
 
     iface_attr->cap.put.max_short       = iface->tx.max_short;
     iface_attr->cap.put.max_bcopy       = max_bcopy;
