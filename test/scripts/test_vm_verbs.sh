@@ -5,30 +5,33 @@
 # The verbs wire on soft-RoCE, in test bed guests (contrib/vm), with the
 # freshly built module (test/scripts/vm/verbs.sh says what each part runs):
 #   odp     one guest, the trixie-backports 7.x kernel (rxe with ODP): the
-#           interface in odp mode; UCT and UCP figures next to rc_verbs
-#           and tcp in the same boot; ucp_hold (test/apps/ucp_hold.c);
-#           ucp_remap (test/apps/ucp_remap.c: a registered buffer unmapped
-#           and new memory mapped at its address, the next transfer reads
-#           the new memory)
-#   pair    two guests on a qemu socket network, the 7.x kernel: the same
-#           figures between them (servers on vm-a, clients on vm-b),
-#           ucp_hold between them, and test/apps/mpi_pingpong.c with Open
-#           MPI and MPICH, one rank on each guest, over remapring,self
+#           interface in odp mode (ucx_info -d and its log line); a
+#           receiver killed under traffic fails its sender within a
+#           second; the memory of one connection next to rc_verbs';
+#           ucp_hold (test/apps/ucp_hold.c); ucp_remap (test/apps/
+#           ucp_remap.c: a registered buffer unmapped and new memory mapped
+#           at its address, the next transfer reads the new memory); then,
+#           in the same boot, UCX's UCT suites (contrib/ucx-gtest.sh's
+#           harness) on rxe0 (test/scripts/vm/ucx_suites.sh: only the
+#           cases instantiated on rxe0:1 and on the rxe0 memory domain, the
+#           host's run having done the memory device), left out with the
+#           reason where the harness cannot be built. The guest's two
+#           vCPUs run on two host threads (qemu's multi-threaded TCG).
+#   pair    two guests on a qemu socket network, the 7.x kernel: UCT and
+#           UCP figures between them (servers on vm-a, clients on vm-b)
+#           next to rc_verbs and tcp in the same boot, ratios printed;
+#           ucp_hold between them; test/apps/mpi_pingpong.c with Open MPI
+#           and MPICH, one rank on each guest, over remapring,self
 #   pinned  one guest, Debian 12's 6.1 kernel (no ODP): pinned mode, the
 #           same as odp
 #   pinned-pair  two guests on the 6.1 kernel
-#   suites  UCX's UCT suites (contrib/ucx-gtest.sh's harness) in one guest
-#           on the 7.x kernel, where they also instantiate on rxe0:1
-#           (test/scripts/vm/ucx_suites.sh; about 4 minutes under TCG);
-#           left out, with the reason, when the harness cannot be built
-#   pinned-suites  the same on the 6.1 kernel, in pinned mode
 # Skipped, with the reason, where the bed cannot be set up or qemu cannot
-# boot. VM_VERBS_PARTS (default "odp pair pinned pinned-pair suites
-# pinned-suites") selects the parts.
+# boot. VM_VERBS_PARTS (default "odp pair pinned pinned-pair") selects the
+# parts; VM_VERBS_SUITES=0 leaves UCX's suites out.
 #
 . "$(dirname "$0")/common.sh"
 . "$(dirname "$0")/vm_host.sh"
-parts=${VM_VERBS_PARTS:-odp pair pinned pinned-pair suites pinned-suites}
+parts=${VM_VERBS_PARTS:-odp pair pinned pinned-pair}
 
 vm_setup
 
@@ -53,44 +56,49 @@ fi
 mpi=(-M)
 job=("$jobs/verbs.sh")
 
+# UCX's UCT suites on rxe0 run in the one-guest boot, with the harness
+# contrib/test.sh builds (left out, with the reason, where it cannot be)
+suites=(uct_p2p_am_test uct_p2p_am_misc uct_p2p_rma_test test_uct_pending
+        uct_flush_test uct_p2p_err_test test_uct_ep test_many2one_am
+        test_uct_peer_failure test_md)
+harness_args=()
+if [ "${VM_VERBS_SUITES:-1}" = 0 ]; then
+    note "suites: left out (VM_VERBS_SUITES=0)"
+elif ! harness=$("$REMAPRING_SRCDIR/contrib/ucx-gtest.sh" build 2>&1 |
+                 tail -1) || [ ! -x "$harness" ]; then
+    note "suites: no UCX harness ($harness): left out"
+else
+    mkdir -p "$tmp/harness"
+    strip -o "$tmp/harness/gtest" "$harness" || fail "strip $harness"
+    # in the guest, at the cache path: contrib/ucx-gtest.sh takes it as built
+    touch "$tmp/harness/.ready"
+    harness_args=(-m 4096 -a "$REMAPRING_SRCDIR/contrib:/payload/contrib"
+                  -a "$tmp/harness:$(dirname "$harness")")
+fi
+# one KERNEL: the one-guest job, with the suites if there is a harness
+one() {
+    local contrib=-
+    # one guest, two vCPUs: each on a host thread of its own (a pair's
+    # guests keep one thread each, the two cores being theirs)
+    local -x VM_ACCEL=${VM_ACCEL:-tcg,thread=multi}
+    [ ${#harness_args[@]} -eq 0 ] || contrib=/payload/contrib
+    part "$1" -t 1200 -k "$1" "${module[@]}" "${apps[@]}" \
+        -a "$jobs:/payload/jobs" "${harness_args[@]}" "$jobs/one.sh" \
+        /payload/jobs "$1" /payload/libuct_remapring.so /payload/apps \
+        "$contrib" "${suites[@]}"
+}
+
 for p in $parts; do
     case $p in
-    odp)
-        part odp -t 420 -k odp "${module[@]}" "${apps[@]}" "${job[@]}" \
-            one odp /payload/libuct_remapring.so /payload/apps ;;
+    odp|pinned)
+        one $p ;;
     pair)
         part pair -t 420 -2 -k odp "${module[@]}" "${apps[@]}" "${mpi[@]}" \
             "${job[@]}" pair odp /payload/libuct_remapring.so /payload/apps ;;
-    pinned)
-        part pinned -t 420 -k pinned "${module[@]}" "${apps[@]}" \
-            "${job[@]}" one pinned /payload/libuct_remapring.so /payload/apps ;;
     pinned-pair)
         part pinned-pair -t 420 -2 -k pinned "${module[@]}" "${apps[@]}" \
             "${mpi[@]}" "${job[@]}" pair pinned /payload/libuct_remapring.so \
             /payload/apps ;;
-    suites|pinned-suites)
-        # UCX's UCT suites on rxe0:1 (the harness contrib/test.sh builds)
-        if ! harness=$("$REMAPRING_SRCDIR/contrib/ucx-gtest.sh" build 2>&1 |
-                       tail -1) || [ ! -x "$harness" ]; then
-            note "suites: no UCX harness ($harness): left out"
-            continue
-        fi
-        if [ ! -f "$tmp/harness/.ready" ]; then
-            mkdir -p "$tmp/harness"
-            strip -o "$tmp/harness/gtest" "$harness" ||
-                fail "strip $harness"
-            touch "$tmp/harness/.ready"
-        fi
-        kernel=odp
-        [ "$p" = suites ] || kernel=pinned
-        part "$p" -t 600 -m 4096 -k $kernel "${module[@]}" \
-            -a "$REMAPRING_SRCDIR/contrib:/payload/contrib" \
-            -a "$tmp/harness:$(dirname "$harness")" \
-            "$jobs/ucx_suites.sh" /payload/contrib \
-            /payload/libuct_remapring.so uct_p2p_am_test uct_p2p_am_misc \
-            uct_p2p_rma_test test_uct_pending \
-            uct_flush_test uct_p2p_err_test test_uct_ep test_many2one_am \
-            test_uct_peer_failure test_md ;;
     *)
         fail "VM_VERBS_PARTS: unknown part $p" ;;
     esac

@@ -6,7 +6,7 @@
 # the same boot.
 #
 # usage: verbs.sh one|pair MODE MODULE [APPS]
-#   one     in one guest, each test's server and client (loopback on rxe0)
+#   one     in one guest: the checks of one host (loopback on rxe0)
 #   pair    two guests: the servers on vm-a, the clients on vm-b, where
 #           the figures are printed
 #   MODE    odp or pinned: the mode the interface must report
@@ -18,11 +18,11 @@
 # Runs, the shm devices left out (UCX_SHM_DEVICES= ) so that the traffic
 # is on rxe0:1:
 #   ucx_info -d lists remapring on rxe0:1, the log names MODE
-#   UCT am_lat (short, 8 B), am_bw (bcopy and zcopy, 8000 B: rc_verbs' largest
-#   zcopy is its 8 KiB segment) and
-#   put_bw (zcopy 64 KiB) over remapring and over rc_verbs, ratios printed
-#   UCP tag_lat (8 B), tag_bw (1 MiB) and ucp_am_bw (32 KiB) over
-#   remapring,self and over tcp,self, ratios printed; the lanes UCP chose
+#   pair: UCT am_lat (short, 8 B), am_bw (bcopy and zcopy, 8000 B:
+#   rc_verbs' largest zcopy is its 8 KiB segment) and put_bw (zcopy 64 KiB)
+#   over remapring and over rc_verbs, ratios printed; UCP tag_lat (8 B),
+#   tag_bw (1 MiB) and ucp_am_bw (32 KiB) over remapring,self and over
+#   tcp,self, ratios printed; the lanes UCP chose
 #   a receiver killed while the sender streams: the sender fails within a
 #   second (one guest)
 #   the memory (resident, pinned) of a server and a client connected over
@@ -66,14 +66,12 @@ if [ "$VM_ROLE" = a ]; then
         bad "no log line names the $mode mode"
 fi
 
-# run NAME PORT CMD...: one test's halves, here (one) or on both guests
+# run NAME PORT CMD...: one test's halves, the server on vm-a and the
+# client on vm-b
 run() {
     local name=$1
-    if [ "$where" = one ]; then
-        vm_loopback "$@" && cp "/tmp/$name.client" "/tmp/$name.out"
-    else
-        vm_pair "$@" && cp "/tmp/$name.log" "/tmp/$name.out"
-    fi || { echo "   $(vm_rxe_counters)"; return 1; }
+    vm_pair "$@" && cp "/tmp/$name.log" "/tmp/$name.out" ||
+        { echo "   $(vm_rxe_counters)"; return 1; }
 }
 
 # figure NAME TEST COLUMN: perftest's Final line, column 3 (median
@@ -122,65 +120,73 @@ ucp() {
     fi
 }
 
-vm_note "UCT, remapring and rc_verbs"
-for tl in remapring rc_verbs; do
-    uct am_lat am_lat $tl 3 -s 8 -n 300 -w 30
-    uct am_bw_bcopy am_bw $tl 7 -D bcopy -s 8000 -n 300 -w 30
-    uct am_bw_zcopy am_bw $tl 7 -D zcopy -s 8000 -n 300 -w 30
-    uct put_bw put_bw $tl 7 -D zcopy -s 65536 -n 200 -w 20
-done
+# the figures between two guests (in one, the loopback would only repeat
+# them at the cost of a minute under TCG)
+if [ "$where" = pair ]; then
+    vm_note "UCT, remapring and rc_verbs"
+    for tl in remapring rc_verbs; do
+        uct am_lat am_lat $tl 3 -s 8 -n 300 -w 30
+        uct am_bw_bcopy am_bw $tl 7 -D bcopy -s 8000 -n 300 -w 30
+        uct am_bw_zcopy am_bw $tl 7 -D zcopy -s 8000 -n 300 -w 30
+        uct put_bw put_bw $tl 7 -D zcopy -s 65536 -n 200 -w 20
+    done
 
-vm_note "UCP, remapring,self and tcp,self"
-for tls in remapring,self tcp,self; do
-    ucp tag_lat $tls 3 -s 8 -n 300 -w 30
-    ucp tag_bw $tls 7 -s 1048576 -n 30 -w 3
-    ucp ucp_am_bw $tls 7 -s 32768 -n 200 -w 20
-done
+    vm_note "UCP, remapring,self and tcp,self"
+    for tls in remapring,self tcp,self; do
+        ucp tag_lat $tls 3 -s 8 -n 300 -w 30
+        ucp tag_bw $tls 7 -s 1048576 -n 30 -w 3
+        ucp ucp_am_bw $tls 7 -s 32768 -n 200 -w 20
+    done
 
-if [ -n "$client" ]; then
-    vm_note "ratios, remapring to the other transport in this boot"
-    awk '{ split($1, k, "/"); v[$1] = $3; t[k[1]] = 1 }
-         END {
-             split("am_lat am_bw_bcopy am_bw_zcopy put_bw tag_lat tag_bw" \
-                   " ucp_am_bw", order)
-             for (i = 1; i in order; ++i) {
-                 n = order[i]
-                 other = (n ~ /^(tag|ucp)/) ? "tcp" : "rc_verbs"
-                 if (!((n "/remapring") in v) || !((n "/" other) in v))
-                     continue
-                 unit = (n ~ /lat/) ? "us" : "MB/s"
-                 printf "   %-11s remapring %10.2f %s, %-8s %10.2f %s," \
-                        " ratio %.2f\n", n, v[n "/remapring"], unit, other,
-                        v[n "/" other], unit,
-                        v[n "/remapring"] / v[n "/" other]
-             }
-         }' $figures
-    sed 's/^/   figure: /' $figures
+    if [ -n "$client" ]; then
+        vm_note "ratios, remapring to the other transport in this boot"
+        awk '{ split($1, k, "/"); v[$1] = $3; t[k[1]] = 1 }
+             END {
+                 split("am_lat am_bw_bcopy am_bw_zcopy put_bw tag_lat tag_bw" \
+                       " ucp_am_bw", order)
+                 for (i = 1; i in order; ++i) {
+                     n = order[i]
+                     other = (n ~ /^(tag|ucp)/) ? "tcp" : "rc_verbs"
+                     if (!((n "/remapring") in v) || !((n "/" other) in v))
+                         continue
+                     unit = (n ~ /lat/) ? "us" : "MB/s"
+                     printf "   %-11s remapring %10.2f %s, %-8s %10.2f %s," \
+                            " ratio %.2f\n", n, v[n "/remapring"], unit, other,
+                            v[n "/" other], unit,
+                            v[n "/remapring"] / v[n "/" other]
+                 }
+             }' $figures
+        sed 's/^/   figure: /' $figures
+    fi
 fi
 
 # memuse TL: the memory of an ucx_perftest server and client connected
-# over TL (am_lat, one connection), sampled while they run: resident and
-# pinned (VmPin: registrations without ODP) kilobytes
+# over TL (am_lat, one connection), sampled while they run, then stopped:
+# resident and pinned (VmPin: registrations without ODP) kilobytes
 memuse() {
-    local tl=$1 p=$port spid cpid f
+    local tl=$1 p=$port spid cpid f pid
     port=$((port + 1))
     timeout 60 "${rr[@]}" ucx_perftest -t am_lat -x "$tl" -d rxe0:1 -p "$p" \
-        -n 2500 > /dev/null 2>&1 &
+        -n 100000000 > /dev/null 2>&1 &
     spid=$!
     vm_wait_listen - "$p" 30
     timeout 60 "${rr[@]}" ucx_perftest -t am_lat -x "$tl" -d rxe0:1 -p "$p" \
-        -n 2500 "$VM_IP" > /dev/null 2>&1 &
+        -n 100000000 "$VM_IP" > /dev/null 2>&1 &
     cpid=$!
     sleep 3
     for f in server:$spid client:$cpid; do
+        pid=$(pgrep -P "${f#*:}" ucx_perftest | head -1)
+        if [ -z "$pid" ] || [ ! -r "/proc/$pid/status" ]; then
+            bad "memory of the $tl ${f%%:*}: it is not running"
+            continue
+        fi
         awk -v w="${f%%:*}" -v t="$tl" '
             /^VmRSS|^VmPin/ { v[$1] = $2 }
             END { printf "   memory %-9s %s: rss %6d KiB, pinned %6d KiB\n",
-                         t, w, v["VmRSS:"], v["VmPin:"] }' \
-            "/proc/$(pgrep -P "${f#*:}" ucx_perftest | head -1)/status" \
-            2>/dev/null
+                         t, w, v["VmRSS:"], v["VmPin:"] }' "/proc/$pid/status"
     done
-    wait $spid $cpid
+    kill "$cpid" "$spid" 2>/dev/null
+    wait "$spid" "$cpid" 2>/dev/null
 }
 
 # killed: a receiver process killed while its sender streams to it; the
