@@ -8,6 +8,7 @@
 
 #include <uct/ib/remapring/ring_pool.h>
 
+#include <ucs/arch/atomic.h>
 #include <ucs/debug/log_def.h>
 #include <ucs/sys/math.h>
 
@@ -18,6 +19,12 @@
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <time.h>
+
+
+/* Blocks of all the pools of the process that are off their free lists
+ * (attached or detached): uct_remapring_pool_total_used(). Each pool is
+ * serialised by its receiver, but not with the others: atomics. */
+static volatile uint64_t uct_remapring_pool_used_blocks = 0;
 #include <unistd.h>
 
 
@@ -304,6 +311,9 @@ void uct_remapring_pool_destroy(uct_remapring_pool_t *pool)
                  pool->stats.nheld_blocks);
     }
 
+    ucs_atomic_sub64(&uct_remapring_pool_used_blocks,
+                     pool->nblocks - pool->stats.nfree);
+
     munmap(pool->cpu_base, (size_t)pool->max_blocks << pool->block_shift);
     close(pool->fd);
     free(pool->held_map);
@@ -338,8 +348,14 @@ uct_remapring_pool_block_get(uct_remapring_pool_t *pool, uint32_t *block_p)
     block->state    = UCT_REMAPRING_POOL_BLOCK_ATTACHED;
     block->owner    = NULL;
     pool->stats.nfree--;
+    ucs_atomic_add64(&uct_remapring_pool_used_blocks, 1);
     *block_p = index;
     return UCS_OK;
+}
+
+uint64_t uct_remapring_pool_total_used(void)
+{
+    return uct_remapring_pool_used_blocks;
 }
 
 void uct_remapring_pool_block_put(uct_remapring_pool_t *pool, uint32_t index)
@@ -351,6 +367,7 @@ void uct_remapring_pool_block_put(uct_remapring_pool_t *pool, uint32_t index)
     block->next_free = pool->free_head;
     pool->free_head  = index;
     pool->stats.nfree++;
+    ucs_atomic_sub64(&uct_remapring_pool_used_blocks, 1);
 }
 
 void uct_remapring_pool_block_attach(uct_remapring_pool_t *pool,

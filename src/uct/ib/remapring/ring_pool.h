@@ -264,6 +264,16 @@ void uct_remapring_pool_get_stats(const uct_remapring_pool_t *pool,
 
 
 /**
+ * Blocks of all the pools of this process that are off their free lists
+ * (backing a slot, or detached with held records). Any thread may call it.
+ * Exported for tests and tools (test/apps/ucp_kill.c finds it with dlsym()
+ * in the preloaded module): after a peer's connection is gone, the blocks
+ * of its ring are back.
+ */
+uint64_t uct_remapring_pool_total_used(void);
+
+
+/**
  * Blocks backing slots of rings now.
  */
 static inline uint64_t
