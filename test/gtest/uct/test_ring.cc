@@ -623,6 +623,35 @@ TEST_F(test_ring, release_out_of_order)
     EXPECT_EQ(m_send_seq, m_recv_seq);
 }
 
+/* The process-wide count of pool blocks in use follows holds, releases and
+ * the end of the ring and of its pool */
+TEST_F(test_ring, pool_total_used)
+{
+    uint64_t before = uct_remapring_pool_total_used();
+    config cfg;
+    cfg.nslots = 8;
+    init(cfg);
+
+    uct_remapring_pool_stats_t ps = pool_stats();
+    EXPECT_EQ(before + ps.nblocks - ps.nfree, uct_remapring_pool_total_used());
+
+    for (unsigned lap = 0; lap < 3; ++lap) {
+        while (send(500) == UCS_OK) {
+        }
+        drain([](uint64_t) { return true; });
+    }
+    ps = pool_stats();
+    EXPECT_GT(ps.ndetached, 0u);
+    EXPECT_EQ(before + ps.nblocks - ps.nfree, uct_remapring_pool_total_used());
+
+    release_all_shuffled();
+    ps = pool_stats();
+    EXPECT_EQ(before + ps.nblocks - ps.nfree, uct_remapring_pool_total_used());
+
+    destroy();
+    EXPECT_EQ(before, uct_remapring_pool_total_used());
+}
+
 TEST_F(test_ring, pool_grows_to_max)
 {
     config cfg;
