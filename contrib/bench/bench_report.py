@@ -210,7 +210,8 @@ def grid_figure(plt, med, benches, metric, transports, title, path):
         panel(axes[i // cols][i % cols], med, b, metric, transports)
     for j in range(len(benches), rows * cols):
         axes[j // cols][j % cols].axis("off")
-    axes[0][0].legend(fontsize=7)
+    if axes[0][0].get_legend_handles_labels()[0]:
+        axes[0][0].legend(fontsize=7)
     fig.suptitle(title, fontsize=10)
     fig.tight_layout()
     fig.savefig(path, dpi=90)
@@ -241,7 +242,8 @@ def speedup_panel(ax, med, order, transports, benches):
     ax.set_ylabel("speed-up over %s (>1: remapring faster)" % BASELINE,
                   fontsize=8)
     size_axis(ax)
-    ax.legend(fontsize=6, ncol=1)
+    if ax.get_legend_handles_labels()[0]:
+        ax.legend(fontsize=6, ncol=1)
 
 
 def draw(med, order, transports, outdir, summary, title):
@@ -296,7 +298,8 @@ def draw(med, order, transports, outdir, summary, title):
                 panel(axes[1][i], med, pickbw[i], "bw", transports)
             else:
                 axes[1][i].axis("off")
-        axes[0][0].legend(fontsize=7)
+        if axes[0][0].get_legend_handles_labels()[0]:
+            axes[0][0].legend(fontsize=7)
         gs = axes[2][0].get_gridspec()
         for a in axes[2]:
             a.remove()
