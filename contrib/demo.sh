@@ -2,8 +2,9 @@
 #
 # Copyright (c) remapring contributors. See file LICENSE for terms.
 #
-# Build everything (contrib/build.sh) and show the module at work under the
-# unmodified UCX tools.
+# Build everything (contrib/build.sh), show the module under the unmodified
+# UCX tools, and run the short benchmark (contrib/bench/bench.sh): one table
+# of remapring against posix(+cma), with a CSV and plots in build/bench/.
 #
 set -euo pipefail
 top=$(cd "$(dirname "$0")/.." && pwd)
@@ -22,13 +23,6 @@ echo
 echo "== its settings (ucx_info -c)"
 "$run" ucx_info -c | grep '^UCX_REMAPRING_'
 echo
-echo "== UCP over remapring alone: ucx_perftest tag_lat and tag_bw, two processes"
-. "$top/test/scripts/common.sh"
-for args in "-t tag_lat -s 8 -n 20000" "-t tag_bw -s 4194304 -n 500"; do
-    # shellcheck disable=SC2086
-    perftest_pair /tmp/remapring-demo yes $args ||
-        { cat /tmp/remapring-demo.*; exit 1; }
-    echo "ucx_perftest $args:"
-    grep -E "^Final:" /tmp/remapring-demo.client
-done
-rm -f /tmp/remapring-demo.*
+unset UCX_TLS
+echo "== the short benchmark (contrib/bench/bench.sh; --full for every size)"
+"$top/contrib/bench/bench.sh" -m "$REMAPRING_MODULE"

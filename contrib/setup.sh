@@ -16,6 +16,8 @@ packages=(
     libucx-dev ucx-utils libibverbs-dev librdmacm-dev rdma-core
     # tests
     libgtest-dev cmake python3 iproute2 valgrind
+    # contrib/bench/bench.sh: its plots
+    python3-matplotlib
     # MPI end to end
     openmpi-bin libopenmpi-dev mpich libmpich-dev python3-mpi4py
     # the Debian package (debian/control's Build-Depends, test_package.sh)

@@ -2,49 +2,84 @@
 #
 # Copyright (c) remapring contributors. See file LICENSE for terms.
 #
-# Runs the same ucx_perftest tests over remapring, posix and cma in one run
-# and prints one table: test, size, metric, the value per transport and the
-# ratios remapring/posix and remapring/cma. A benchmark, not a test: it
-# prints figures and asserts nothing.
+# Runs the same ucx_perftest tests over remapring (each wire asked for) and
+# over posix(+cma) in one run, and prints one table: test, size, metric, the
+# median per transport and the ratios remapring/posix(+cma). A benchmark,
+# not a test: it prints figures and asserts nothing. contrib/bench/bench.sh
+# runs it for its ucx_perftest part (-o).
 #
 set -u
 
 usage() {
     cat <<EOF
 usage: $0 [options]
-  -n N        iterations for messages below 64 KiB (default 20000)
-  -N N        iterations for messages of 64 KiB and more (default 400)
-  -s LIST     message sizes for the UCP tag tests and the UCT put/get tests,
-              comma separated (default 8,65536,4194304)
-  -r N        runs of each measurement, the median is printed (default 3)
+  -s LIST     message sizes in bytes, comma separated (default
+              8,64,1024,4096,65536,1048576,4194304); each test runs at the
+              sizes it can take (below)
+  -n N        iterations below 64 KiB (default 20000)
+  -N N        iterations from 64 KiB on (default 400)
+  -r N        runs; each figure is the median of the runs (default 3)
+  -w LIST     remapring wires, comma separated (default shm,cma;
+              UCX_REMAPRING_WIRE)
+  -t LIST     tests, comma separated (default all): uct_am_lat,
+              uct_am_bw_short, uct_am_bw_bcopy, uct_am_bw_zcopy, uct_put_bw,
+              uct_get, ucp_tag_lat, ucp_tag_bw, ucp_am_bw, ucp_stream_bw
+  -c FILE     also write the medians and ratios as CSV to FILE
+  -o FILE     append every run's figures to FILE (CSV: bench,size,metric,
+              transport,run,value; the header if FILE is empty) and print
+              no table (bench.sh's mode)
   -m PATH     the module (default \$REMAPRING_MODULE, else pkg-config's)
+  -q          no progress line
   -h          this help
 
-Transports compared, two local processes each time:
-  UCT  -x remapring -d memory | -x posix -d memory | -x cma -d memory
-  UCP  UCX_TLS=remapring,self | posix,self | cma,posix,self
-UCT posix has no zero-copy put/get and cma has no active messages, so those
-cells are "-". cma alone cannot run UCP (it has no active messages): its
-UCP column is cma for rendezvous with posix for everything else.
-Metrics, each the median of the runs: lat = median latency (usec, one
-way), bw = overall bandwidth (MB/s), rate = overall message rate (msg/s).
-For latency a ratio below 1 means remapring is faster; for bw and rate,
-above 1.
+Transports, two local processes each time, all tests of one transport in
+one ucx_perftest pair (batch mode, -b), the transports in turn in each run:
+  remapring-WIRE  UCX_TLS=remapring,self UCX_REMAPRING_WIRE=WIRE, module
+                  preloaded; UCT -x remapring -d memory
+  posix+cma       UCX_TLS=posix,cma,self, what UCX uses on one host without
+                  the module; UCT: -x posix for active messages, -x cma for
+                  put and get (posix has no zero-copy)
+Tests and sizes:
+  uct_am_lat       am_lat, short at sizes <= 64 B (posix's am_short takes
+                   100 B), bcopy at 1 KiB and 4 KiB
+  uct_am_bw_short  am_bw short, sizes <= 64 B
+  uct_am_bw_bcopy  am_bw bcopy, sizes <= 4 KiB (posix's am_bcopy: 8 KiB)
+  uct_am_bw_zcopy  am_bw zcopy, sizes < 64 KiB; remapring only (posix has
+                   no am_zcopy)
+  uct_put_bw       put_bw zcopy, every size, against cma
+  uct_get          get zcopy, every size, against cma
+  ucp_tag_lat, ucp_tag_bw, ucp_am_bw, ucp_stream_bw: every size
+Metrics, each the median of the runs: lat = median latency of a run (usec,
+one way), bw = overall bandwidth (MB/s, 2^20 bytes), rate = overall message
+rate (msg/s, for sizes up to 4 KiB). For latency a ratio below 1 means
+remapring is faster; for bw and rate, above 1.
 EOF
 }
 
+here=$(cd "$(dirname "$0")" && pwd)
+sizes=8,64,1024,4096,65536,1048576,4194304
 small=20000
 large=400
-sizes=8,65536,4194304
 reps=3
+wires=shm,cma
+tests=uct_am_lat,uct_am_bw_short,uct_am_bw_bcopy,uct_am_bw_zcopy,uct_put_bw
+tests+=,uct_get,ucp_tag_lat,ucp_tag_bw,ucp_am_bw,ucp_stream_bw
+csv_out=
+raw_out=
+progress=yes
 module=${REMAPRING_MODULE:-$(pkg-config --variable=module remapring 2>/dev/null)}
-while getopts "n:N:s:r:m:h" o; do
+while getopts "s:n:N:r:w:t:c:o:m:qh" o; do
     case $o in
+    s) sizes=$OPTARG ;;
     n) small=$OPTARG ;;
     N) large=$OPTARG ;;
-    s) sizes=$OPTARG ;;
     r) reps=$OPTARG ;;
+    w) wires=$OPTARG ;;
+    t) tests=$OPTARG ;;
+    c) csv_out=$OPTARG ;;
+    o) raw_out=$OPTARG ;;
     m) module=$OPTARG ;;
+    q) progress=no ;;
     h) usage; exit 0 ;;
     *) usage >&2; exit 2 ;;
     esac
@@ -53,132 +88,158 @@ for n in "$small" "$large" "$reps"; do
     [[ $n =~ ^[1-9][0-9]*$ ]] ||
         { echo "-n, -N, -r: a positive number, not '$n'" >&2; exit 2; }
 done
+[[ $sizes =~ ^[1-9][0-9]*(,[1-9][0-9]*)*$ ]] ||
+    { echo "-s: sizes in bytes, comma separated, not '$sizes'" >&2; exit 2; }
+[[ ,$wires, =~ ^(,(shm|cma))+,$ ]] ||
+    { echo "-w: shm and/or cma, not '$wires'" >&2; exit 2; }
+all_tests=" uct_am_lat uct_am_bw_short uct_am_bw_bcopy uct_am_bw_zcopy "
+all_tests+="uct_put_bw uct_get ucp_tag_lat ucp_tag_bw ucp_am_bw ucp_stream_bw "
+for t in ${tests//,/ }; do
+    [[ $all_tests == *" $t "* ]] || { echo "-t: no test '$t'" >&2; exit 2; }
+done
 [ -n "$module" ] && [ -f "$module" ] ||
     { echo "no module: set REMAPRING_MODULE or -m PATH" >&2; exit 2; }
 export REMAPRING_MODULE=$module
-. "$(dirname "$0")/../../test/scripts/common.sh"
+. "$here/../../test/scripts/common.sh"
 command -v ucx_perftest >/dev/null || { echo "no ucx_perftest" >&2; exit 2; }
 
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 IFS=, read -r -a size_list <<< "$sizes"
+IFS=, read -r -a wire_list <<< "$wires"
+transports=()
+for w in "${wire_list[@]}"; do
+    transports+=("remapring-$w")
+done
+transports+=(posix+cma)
+raw=${raw_out:-$tmp/raw.csv}
+[ -s "$raw" ] || echo "bench,size,metric,transport,run,value" > "$raw"
 
-iters() {
-    if [ "$1" -ge 65536 ]; then
-        echo "-n $large -w $((large / 10 + 1))"
-    else
-        echo "-n $small -w $((small / 10 + 1))"
-    fi
-}
-
-ratio() {
-    awk -v a="$1" -v b="$2" 'BEGIN {
-        if (a ~ /^[0-9.]+$/ && b ~ /^[0-9.]+$/ && b > 0)
-            printf "%.2f", a / b; else printf "-" }'
-}
-
-fmt="%-22s %9s %-5s %12s %12s %12s %8s %8s\n"
-printf "$fmt" test size metric remapring posix cma "rr/posix" "rr/cma"
-printf "$fmt" ---- ---- ------ --------- ----- --- -------- ------
-
-# row TEST SIZE METRIC RR POSIX CMA
-row() {
-    printf "$fmt" "$1" "$2" "$3" "$4" "$5" "$6" "$(ratio "$4" "$5")" \
-        "$(ratio "$4" "$6")"
-}
-
-# median of the arguments ("fail" if none)
-median() {
-    [ $# -gt 0 ] || { echo fail; return; }
-    printf "%s\n" "$@" | sort -g | awk '{a[NR] = $1} END {
-        if (NR % 2) print a[(NR + 1) / 2];
-        else printf "%.3f\n", (a[NR / 2] + a[NR / 2 + 1]) / 2 }'
-}
-
-# measure TL UCX_TLS METRICS ARGS...: run the pair $reps times and set
-# v[TL.metric] (the caller's) to the median of each metric. A failed run
-# counts for nothing; all failed: "fail".
-measure() {
-    local tl=$1 tlset=$2 metrics=$3 m c i load
-    local -A got
-    shift 3
-    load=$([ "$tl" = remapring ] && echo yes || echo no)
-    for m in $metrics; do got[$m]=""; done
-    for ((i = 0; i < reps; i++)); do
-        UCX_TLS=$tlset perftest_pair "$tmp/run" "$load" "$@" 2>/dev/null &&
-            grep -q "^Final:" "$tmp/run.client" || continue
-        for m in $metrics; do
-            case $m in
-            lat) c=3 ;; bw) c=6 ;; rate) c=8 ;;
+# batch TRANSPORT: writes the ucx_perftest batch file of the transport to
+# $tmp/batch.TRANSPORT and, for each of its lines tN, "tN bench size
+# metrics" to $tmp/index.TRANSPORT
+batch() {
+    local tr=$1 t s n=0 x lay bench metrics args
+    local b=$tmp/batch.$tr i=$tmp/index.$tr
+    : > "$b"
+    : > "$i"
+    # add BENCH SIZE METRICS ARGS...: one test of the batch
+    add() {
+        local it
+        if [ "$2" -ge 65536 ]; then it=$large; else it=$small; fi
+        echo "t$n ${*:4} -s $2 -n $it -w $((it / 10 + 1))" >> "$b"
+        echo "t$n $1|$2|$3" >> "$i"
+        n=$((n + 1))
+    }
+    # metrics of a bandwidth test at size $1: with the rate up to 4 KiB
+    bwm() { if [ "$1" -le 4096 ]; then echo bw,rate; else echo bw; fi; }
+    for t in ${tests//,/ }; do
+        for s in "${size_list[@]}"; do
+            if [ "$tr" = posix+cma ]; then
+                case $t in
+                uct_put_bw|uct_get) x="-x cma -d memory" ;;
+                *) x="-x posix -d memory" ;;
+                esac
+            else
+                x="-x remapring -d memory"
+            fi
+            case $t in
+            uct_am_lat)
+                if [ "$s" -le 64 ]; then lay=short
+                elif [ "$s" -le 4096 ]; then lay=bcopy
+                else continue; fi
+                add "UCT am_lat $lay" "$s" lat -t am_lat -D $lay $x ;;
+            uct_am_bw_short)
+                [ "$s" -le 64 ] || continue
+                add "UCT am_bw short" "$s" "$(bwm "$s")" -t am_bw -D short $x ;;
+            uct_am_bw_bcopy)
+                [ "$s" -le 4096 ] || continue
+                add "UCT am_bw bcopy" "$s" "$(bwm "$s")" -t am_bw -D bcopy $x ;;
+            uct_am_bw_zcopy)
+                [ "$s" -lt 65536 ] && [ "$tr" != posix+cma ] || continue
+                add "UCT am_bw zcopy" "$s" "$(bwm "$s")" -t am_bw -D zcopy $x ;;
+            uct_put_bw)
+                add "UCT put_bw zcopy" "$s" "$(bwm "$s")" -t put_bw -D zcopy $x ;;
+            uct_get)
+                add "UCT get zcopy" "$s" "$(bwm "$s")" -t get -D zcopy $x ;;
+            ucp_tag_lat)
+                add "UCP tag_lat" "$s" lat -t tag_lat ;;
+            ucp_tag_bw)
+                add "UCP tag_bw" "$s" "$(bwm "$s")" -t tag_bw ;;
+            ucp_am_bw)
+                add "UCP ucp_am_bw" "$s" "$(bwm "$s")" -t ucp_am_bw ;;
+            ucp_stream_bw)
+                add "UCP stream_bw" "$s" "$(bwm "$s")" -t stream_bw ;;
             esac
-            got[$m]+=" $(grep "^Final:" "$tmp/run.client" | awk -v c=$c '{print $c}')"
         done
-    done
-    for m in $metrics; do
-        # shellcheck disable=SC2086
-        v[$tl.$m]=$(median ${got[$m]})
     done
 }
 
-# uct NAME SIZE "METRICS" TLS ARGS...: a UCT test over the given transports
-# (the others print "-")
-uct() {
-    local name=$1 size=$2 metrics=$3 tls=$4 tl m
-    local -A v
-    shift 4
-    for tl in remapring posix cma; do
-        for m in $metrics; do
-            v[$tl.$m]=-
-        done
-        [[ " $tls " == *" $tl "* ]] || continue
-        measure "$tl" "$tl" "$metrics" -x "$tl" -d memory -s "$size" \
-            $(iters "$size") "$@"
-    done
-    for m in $metrics; do
-        row "$name" "$size" "$m" "${v[remapring.$m]}" "${v[posix.$m]}" \
-            "${v[cma.$m]}"
-    done
-}
-
-# ucp NAME SIZE "METRICS" ARGS...: a UCP test over the three UCX_TLS sets
-ucp() {
-    local name=$1 size=$2 metrics=$3 tl m tlset
-    local -A v
-    shift 3
-    for tl in remapring posix cma; do
-        case $tl in
-        remapring) tlset=remapring,self ;;
-        posix)     tlset=posix,self ;;
-        cma)       tlset=cma,posix,self ;;
-        esac
-        measure "$tl" "$tlset" "$metrics" -s "$size" $(iters "$size") "$@"
-    done
-    for m in $metrics; do
-        row "$name" "$size" "$m" "${v[remapring.$m]}" "${v[posix.$m]}" \
-            "${v[cma.$m]}"
-    done
+# measure TRANSPORT RUN: one ucx_perftest pair running the transport's batch;
+# appends a row per figure to $raw ("fail" for a test that gave no Final
+# line: the batch stops at the first test that fails)
+measure() {
+    local tr=$1 run=$2 wire= tls=posix,cma,self load=no
+    if [[ $tr == remapring-* ]]; then
+        wire=${tr#remapring-} tls=remapring,self load=yes
+    fi
+    UCX_TLS=$tls UCX_REMAPRING_WIRE=${wire:-shm} PERFTEST_TIMEOUT=600 \
+        perftest_pair "$tmp/run" "$load" -b "$tmp/batch.$tr" 2>/dev/null
+    # Final: iterations, lat 50%ile, avg, overall; bw avg, overall;
+    # rate avg, overall. ucx_perftest writes the batch line's name into the
+    # table border above the test's figures.
+    awk -v idx="$tmp/index.$tr" -v tr="$tr" -v run="$run" '
+        BEGIN {
+            while ((getline l < idx) > 0) {
+                k = substr(l, 1, index(l, " ") - 1)
+                key[k] = substr(l, index(l, " ") + 1)
+                order[++n] = k
+            }
+        }
+        /^\+t[0-9]+[-+]/ {
+            match($0, /^\+t[0-9]+/)
+            cur = substr($0, 2, RLENGTH - 1)
+        }
+        /^Final:/ && cur != "" {
+            fig[cur, "lat"] = $3
+            fig[cur, "bw"] = $6
+            fig[cur, "rate"] = $8
+            cur = ""
+        }
+        END {
+            for (i = 1; i <= n; i++) {
+                k = order[i]
+                split(key[k], f, "|")
+                nm = split(f[3], m, ",")
+                for (j = 1; j <= nm; j++) {
+                    v = ((k, m[j]) in fig) ? fig[k, m[j]] : "fail"
+                    printf "%s,%s,%s,%s,%d,%s\n", f[1], f[2], m[j], tr, run, v
+                }
+            }
+        }' "$tmp/run.client" >> "$raw"
 }
 
 start=$SECONDS
-uct "uct am_lat short" 8 lat "remapring posix" -t am_lat -D short
-uct "uct am_bw short" 8 rate "remapring posix" -t am_bw -D short
-uct "uct am_bw bcopy" 8192 "bw rate" "remapring posix" -t am_bw -D bcopy
-for s in "${size_list[@]}"; do
-    uct "uct put_lat zcopy" "$s" lat "remapring cma" -t put_lat -D zcopy
-    uct "uct put_bw zcopy" "$s" bw "remapring cma" -t put_bw -D zcopy
-    uct "uct get zcopy" "$s" bw "remapring cma" -t get -D zcopy
+for tr in "${transports[@]}"; do
+    batch "$tr"
 done
-for s in "${size_list[@]}"; do
-    ucp "ucp tag_lat" "$s" lat -t tag_lat
+ntests=$(cat "$tmp"/index.* | wc -l)
+for ((r = 1; r <= reps; r++)); do
+    for tr in "${transports[@]}"; do
+        [ $progress = yes ] &&
+            printf "perftest_compare: run %d/%d, %s (%d tests), %d s\n" \
+                   "$r" "$reps" "$tr" "$(wc -l < "$tmp/index.$tr")" \
+                   $((SECONDS - start)) >&2
+        measure "$tr" "$r"
+    done
 done
-for s in "${size_list[@]}"; do
-    ucp "ucp tag_bw" "$s" "bw rate" -t tag_bw
-done
-ucp "ucp ucp_am_bw" 65536 bw -t ucp_am_bw
-ucp "ucp ucp_am_bw" 1048576 bw -t ucp_am_bw
-ucp "ucp stream_bw" 65536 bw -t stream_bw
+[ $progress = yes ] &&
+    echo "perftest_compare: $ntests tests x $reps runs in" \
+         "$((SECONDS - start)) s" >&2
+[ -n "$raw_out" ] && exit 0
+
+/usr/bin/python3 "$here/bench_report.py" "$raw" ${csv_out:+--csv "$csv_out"}
 echo
 echo "UCX $(ucx_info -v | sed -n "s/^# Version //p"), $(nproc) cores," \
      "$(uname -r); iterations $small (< 64 KiB) / $large;" \
      "median of $reps runs; $((SECONDS - start)) s"
-echo "UCP cma column: UCX_TLS=cma,posix,self (cma has no active messages)"

@@ -19,13 +19,14 @@ free_port() {
 # perftest_pair OUT_PREFIX PRELOAD(yes|no) ARGS...: runs an ucx_perftest
 # server and client on this host with the same environment and arguments;
 # their outputs go to OUT_PREFIX.server and OUT_PREFIX.client. Returns the
-# client's exit status, or 1 if the server failed.
+# client's exit status, or 1 if the server failed. Each side is stopped
+# after PERFTEST_TIMEOUT seconds (default 120).
 perftest_pair() {
     local out=$1 preload=$2 port spid rc src pre=""
     shift 2
     port=$(free_port)
     [ "$preload" = yes ] && pre=$REMAPRING_MODULE
-    LD_PRELOAD=$pre timeout 120 ucx_perftest -p "$port" "$@" \
+    LD_PRELOAD=$pre timeout "${PERFTEST_TIMEOUT:-120}" ucx_perftest -p "$port" "$@" \
         >"$out.server" 2>&1 &
     spid=$!
     # the server listens once its UCX context is up
@@ -33,7 +34,7 @@ perftest_pair() {
         ss -ltn 2>/dev/null | grep -q ":$port " && break
         sleep 0.05
     done
-    LD_PRELOAD=$pre timeout 120 ucx_perftest localhost -p "$port" "$@" \
+    LD_PRELOAD=$pre timeout "${PERFTEST_TIMEOUT:-120}" ucx_perftest localhost -p "$port" "$@" \
         >"$out.client" 2>&1
     rc=$?
     wait "$spid"

@@ -1,0 +1,280 @@
+#!/bin/bash
+#
+# Copyright (c) remapring contributors. See file LICENSE for terms.
+#
+# One benchmark command: ucx_perftest (UCT and UCP, through
+# perftest_compare.sh), MPI under Open MPI and MPICH (test/apps/mpi_bench.c)
+# and mpi4py, each over remapring (every wire) and over posix(+cma); one
+# table with the ratios, a CSV and PNG plots (bench_report.py). A benchmark,
+# not a test: it prints figures and asserts nothing.
+#
+set -euo pipefail
+
+usage() {
+    cat <<EOF
+usage: contrib/bench/bench.sh [--full] [options]
+  (no option)  the short run, about two minutes on a 2-core machine: sizes
+               8 B, 4 KiB, 64 KiB, 1 MiB, 2 runs, fewer iterations
+  --full       sizes 8 B, 64 B, 1 KiB, 4 KiB, 64 KiB, 1 MiB, 4 MiB, 3 runs,
+               the default iterations (some ten minutes)
+  -o DIR       where the results go (default BUILD_DIR/bench, BUILD_DIR
+               being build/ of the source tree): raw.csv (every run),
+               bench.csv (medians and ratios), latency.png, bandwidth.png,
+               ratio.png, summary.png, bench.txt (the table)
+  -m PATH      the module; without it (and without \$REMAPRING_MODULE) the
+               tree is built first with contrib/build.sh, which installs
+               what is missing (as root, on Debian 12)
+  -w LIST      remapring wires (default shm,cma)
+  -s LIST      sizes in bytes, comma separated
+  -r N         runs; each figure is the median of the runs
+  -n N, -N N   iterations below 64 KiB / from 64 KiB on (ucx_perftest; MPI
+               takes half of them)
+  -p LIST      parts (default perftest,mpi,mpi4py)
+  -t LIST      ucx_perftest tests (perftest_compare.sh -t; default all)
+  -h           this help
+
+Transports, two processes on this host each time, in turn in each run:
+  remapring-WIRE  the module preloaded, UCX_TLS=remapring,self,
+                  UCX_REMAPRING_WIRE=WIRE
+  posix+cma       no module, UCX_TLS=posix,cma,self (UCT: posix for active
+                  messages, cma for put and get)
+Parts:
+  perftest  contrib/bench/perftest_compare.sh: UCT am_lat, am_bw short,
+            bcopy and zcopy, put_bw, get; UCP tag_lat, tag_bw, ucp_am_bw,
+            stream_bw (its -h says which sizes each test takes)
+  mpi       test/apps/mpi_bench.c, built with mpicc.openmpi and mpicc.mpich:
+            latency, bandwidth, bidirectional bandwidth, message rate (up to
+            4 KiB), allreduce; under Open MPI (mpirun.openmpi --mca pml ucx
+            --mca pml_ucx_tls any --mca pml_ucx_devices any) and MPICH
+            (mpiexec.mpich, ch4:ucx, MPIR_CVAR_NOLOCAL=1 so that local ranks
+            use UCX)
+  mpi4py    python3 -m mpi4py.bench ringtest between two ranks (a ping-pong;
+            Debian 12's mpi4py 3.1.4 has no pingpong command) under Open
+            MPI, one-way latency; 8 B in the short run
+An MPI that is missing or not built with UCX is left out, with the reason.
+Metrics: lat = one-way latency (usec), bw = bandwidth (MB/s, 2^20 bytes),
+rate = messages/s. Ratios are remapring / posix+cma: for lat below 1 means
+remapring is faster, for bw and rate above 1 ("+" in the table). Run it
+alone on the machine (e.g. under flock -x): the processes busy-poll.
+EOF
+}
+
+here=$(cd "$(dirname "$0")" && pwd)
+top=$(cd "$here/../.." && pwd)
+build=${BUILD_DIR:-$top/build}
+
+full=no
+out=
+module=${REMAPRING_MODULE:-}
+wires=shm,cma
+sizes= reps= small= large=
+parts=perftest,mpi,mpi4py
+tests=
+while [ $# -gt 0 ]; do
+    case $1 in
+    --full) full=yes ;;
+    -o) out=$2; shift ;;
+    -m) module=$2; shift ;;
+    -w) wires=$2; shift ;;
+    -s) sizes=$2; shift ;;
+    -r) reps=$2; shift ;;
+    -n) small=$2; shift ;;
+    -N) large=$2; shift ;;
+    -p) parts=$2; shift ;;
+    -t) tests=$2; shift ;;
+    -h|--help) usage; exit 0 ;;
+    *) usage >&2; exit 2 ;;
+    esac
+    shift
+done
+if [ $full = yes ]; then
+    : "${sizes:=8,64,1024,4096,65536,1048576,4194304}" "${reps:=3}"
+    : "${small:=20000}" "${large:=400}"
+    py_sizes=8,65536,1048576
+else
+    : "${sizes:=8,4096,65536,1048576}" "${reps:=2}"
+    : "${small:=5000}" "${large:=100}"
+    py_sizes=8
+fi
+for n in "$small" "$large" "$reps"; do
+    [[ $n =~ ^[1-9][0-9]*$ ]] ||
+        { echo "-n, -N, -r: a positive number, not '$n'" >&2; exit 2; }
+done
+[[ ,$parts, =~ ^(,(perftest|mpi|mpi4py))+,$ ]] ||
+    { echo "-p: perftest, mpi and/or mpi4py, not '$parts'" >&2; exit 2; }
+
+if [ -z "$module" ]; then
+    "$top/contrib/build.sh"
+    module=$build/.libs/libuct_remapring.so
+fi
+[ -f "$module" ] || { echo "no module at $module" >&2; exit 2; }
+module=$(cd "$(dirname "$module")" && pwd)/$(basename "$module")
+export REMAPRING_MODULE=$module
+# plots: Debian's matplotlib for Debian's python (contrib/setup.sh has it)
+if ! /usr/bin/python3 -c "import matplotlib" 2>/dev/null &&
+   [ "$(id -u)" = 0 ]; then
+    "$top/contrib/setup.sh"
+fi
+
+out=${out:-$build/bench}
+mkdir -p "$out"
+out=$(cd "$out" && pwd)
+raw=$out/raw.csv
+rm -f "$raw" "$out"/*.png "$out/bench.csv" "$out/bench.txt"
+echo "bench,size,metric,transport,run,value" > "$raw"
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+IFS=, read -r -a wire_list <<< "$wires"
+transports=()
+for w in "${wire_list[@]}"; do
+    transports+=("remapring-$w")
+done
+transports+=(posix+cma)
+skipped=()
+start=$SECONDS
+
+progress() {
+    printf "bench: %s, %d s\n" "$*" $((SECONDS - start)) >&2
+}
+
+# with_transport TRANSPORT CMD...: runs CMD in the transport's environment
+with_transport() {
+    local tr=$1
+    shift
+    if [[ $tr == remapring-* ]]; then
+        LD_PRELOAD=$module UCX_TLS=remapring,self \
+            UCX_REMAPRING_WIRE=${tr#remapring-} "$@"
+    else
+        LD_PRELOAD= UCX_TLS=posix,cma,self "$@"
+    fi
+}
+
+# --- ucx_perftest -------------------------------------------------------------
+if [[ ,$parts, == *,perftest,* ]]; then
+    progress "ucx_perftest, $reps runs over ${transports[*]}"
+    "$here/perftest_compare.sh" -m "$module" -s "$sizes" -n "$small" \
+        -N "$large" -r "$reps" -w "$wires" ${tests:+-t "$tests"} -o "$raw"
+fi
+
+# --- MPI ----------------------------------------------------------------------
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+export OMPI_MCA_plm_rsh_agent=false    # never ssh: everything is local
+mpis=()
+if [[ ,$parts, == *,mpi,* ]] || [[ ,$parts, == *,mpi4py,* ]]; then
+    if ! command -v mpicc.openmpi >/dev/null ||
+       ! command -v mpirun.openmpi >/dev/null; then
+        skipped+=("Open MPI: not installed")
+    elif ! ompi_info 2>/dev/null | grep -q "MCA pml: ucx"; then
+        skipped+=("Open MPI: no pml ucx")
+    else
+        mpis+=(ompi)
+    fi
+fi
+if [[ ,$parts, == *,mpi,* ]]; then
+    if ! command -v mpicc.mpich >/dev/null ||
+       ! command -v mpiexec.mpich >/dev/null; then
+        skipped+=("MPICH: not installed")
+    elif [ "$(mpichversion 2>/dev/null | sed -n 's/^MPICH Device: *//p' |
+              tr -d '[:space:]')" != "ch4:ucx" ]; then
+        skipped+=("MPICH: its device is not ch4:ucx")
+    else
+        mpis+=(mpich)
+    fi
+fi
+
+# mpi_launch MPI TRANSPORT OUT CMD...: two ranks of CMD under the MPI
+mpi_launch() {
+    local mpi=$1 tr=$2 o=$3
+    shift 3
+    if [ "$mpi" = ompi ]; then
+        with_transport "$tr" timeout 180 mpirun.openmpi --allow-run-as-root \
+            --oversubscribe -np 2 -x LD_PRELOAD -x UCX_TLS \
+            -x UCX_REMAPRING_WIRE --mca pml ucx --mca pml_ucx_tls any \
+            --mca pml_ucx_devices any --mca btl self "$@" > "$o" 2>&1
+    else
+        MPIR_CVAR_NOLOCAL=1 with_transport "$tr" timeout 180 \
+            mpiexec.mpich -n 2 "$@" > "$o" 2>&1
+    fi
+}
+
+mpi_name() { if [ "$1" = ompi ]; then echo "Open MPI"; else echo MPICH; fi; }
+
+if [[ ,$parts, == *,mpi,* ]]; then
+    for mpi in "${mpis[@]}"; do
+        LD_PRELOAD= mpicc.$( [ $mpi = ompi ] && echo openmpi || echo mpich) \
+            -O2 -o "$tmp/mpi_bench.$mpi" "$top/test/apps/mpi_bench.c"
+    done
+    for ((r = 1; r <= reps; r++)); do
+        for mpi in "${mpis[@]}"; do
+            for tr in "${transports[@]}"; do
+                progress "MPI run $r/$reps, $(mpi_name $mpi), $tr"
+                o=$tmp/mpi.out
+                mpi_launch "$mpi" "$tr" "$o" "$tmp/mpi_bench.$mpi" \
+                    -s "$sizes" -n $(((small + 1) / 2)) \
+                    -N $(((large + 1) / 2)) ||
+                    { echo "bench: $(mpi_name $mpi) over $tr failed:" >&2
+                      tail -5 "$o" >&2; }
+                # mpi_bench: TEST SIZE METRIC VALUE; what did not come out
+                # of a failed run is "fail"
+                for s in ${sizes//,/ }; do
+                    for tm in lat:lat bw:bw bw:rate bibw:bw allreduce:lat; do
+                        [ "${tm#*:}" != rate ] || [ "$s" -le 4096 ] ||
+                            continue
+                        v=$(awk -v t="${tm%:*}" -v s="$s" -v m="${tm#*:}" \
+                            '$1 == "mpi_bench:" && $2 == t && $3 == s &&
+                             $4 == m { print $5 }' "$o")
+                        echo "$(mpi_name $mpi) ${tm%:*},$s,${tm#*:},$tr,$r,${v:-fail}"
+                    done
+                done >> "$raw"
+            done
+        done
+    done
+fi
+
+# --- mpi4py -------------------------------------------------------------------
+if [[ ,$parts, == *,mpi4py,* ]]; then
+    if [[ " ${mpis[*]} " != *" ompi "* ]]; then
+        skipped+=("mpi4py: no Open MPI with pml ucx to run it")
+    elif ! /usr/bin/python3 -c "import mpi4py.bench" 2>/dev/null; then
+        skipped+=("mpi4py: /usr/bin/python3 has no mpi4py (python3-mpi4py)")
+    else
+        for ((r = 1; r <= reps; r++)); do
+            for tr in "${transports[@]}"; do
+                for s in ${py_sizes//,/ }; do
+                    progress "mpi4py run $r/$reps, $tr, $s B"
+                    loops=$([ "$s" -ge 65536 ] && echo $((large / 2 + 1)) ||
+                            echo $((small / 5 + 1)))
+                    o=$tmp/py.out
+                    mpi_launch ompi "$tr" "$o" /usr/bin/python3 -m \
+                        mpi4py.bench ringtest -n "$s" -l "$loops" \
+                        -s $((loops / 10 + 1)) || true
+                    # "time for L loops = T seconds (2 processes, N bytes)":
+                    # a loop is a round trip
+                    v=$(awk '/^time for/ { printf "%.3f", $6 * 1e6 / $3 / 2 }' \
+                        "$o")
+                    echo "mpi4py ringtest,$s,lat,$tr,$r,${v:-fail}" >> "$raw"
+                done
+            done
+        done
+    fi
+fi
+
+# --- the table, the CSV, the plots ---------------------------------------------
+elapsed=$((SECONDS - start))
+mode=$([ $full = yes ] && echo "--full" || echo "short run")
+machine="$(. /etc/os-release && echo "$PRETTY_NAME"), $(nproc) cores,"
+machine+=" Linux $(uname -r), UCX $(ucx_info -v | sed -n 's/^# Version //p')"
+{
+    /usr/bin/python3 "$here/bench_report.py" "$raw" --csv "$out/bench.csv" \
+        --plots "$out" --summary "$out/summary.png" \
+        --title "$machine; $mode" \
+        --missing "MPI unexpected-storm memory held:no such benchmark in the tree yet"
+    for s in ${skipped[@]+"${skipped[@]}"}; do
+        echo "left out: $s"
+    done
+    echo
+    echo "$machine"
+    echo "$mode: sizes $sizes, median of $reps runs, iterations $small" \
+         "(< 64 KiB) / $large; $elapsed s"
+} | tee "$out/bench.txt"
+echo "results in $out (raw.csv, bench.csv, *.png)"

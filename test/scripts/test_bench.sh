@@ -1,0 +1,48 @@
+#!/bin/bash
+#
+# Copyright (c) remapring contributors. See file LICENSE for terms.
+#
+# contrib/bench/bench.sh, cheaply: its help, then a tiny run (8 B, one run,
+# a few hundred iterations, UCP tag_lat and UCT am_lat, MPI and mpi4py if
+# installed) whose CSV must have a figure, not "fail", from every transport
+# (remapring on each wire, posix+cma) for UCP tag_lat and, where the MPI is
+# there, for each MPI's latency; and whose table must end with the ratios.
+# Checks that the benchmark runs, never how fast.
+#
+. "$(dirname "$0")/common.sh"
+set -euo pipefail
+
+: "${REMAPRING_SRCDIR:=$(cd "$(dirname "$0")/../.." && pwd)}"
+bench=$REMAPRING_SRCDIR/contrib/bench/bench.sh
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+command -v ucx_perftest >/dev/null || skip "no ucx_perftest"
+
+note "bench.sh -h"
+"$bench" -h > "$tmp/help" || fail "bench.sh -h: exit status $?"
+for w in --full perftest mpi4py posix+cma; do
+    grep -q -- "$w" "$tmp/help" || fail "bench.sh -h says nothing of $w"
+done
+
+note "a tiny run"
+rc=0
+"$bench" -m "$REMAPRING_MODULE" -o "$tmp/out" -s 8 -r 1 -n 400 -N 10 \
+    -t ucp_tag_lat,uct_am_lat > "$tmp/log" 2>&1 || rc=$?
+[ $rc -eq 0 ] || { cat "$tmp/log"; fail "bench.sh: exit status $rc"; }
+sed 's/^/   /' "$tmp/log"
+csv=$tmp/out/bench.csv
+[ -s "$csv" ] || fail "no bench.csv"
+head -1 "$csv" | grep -q "remapring-shm,remapring-cma,posix+cma," ||
+    fail "bench.csv's columns: $(head -1 "$csv")"
+benches=("UCP tag_lat" "UCT am_lat short")
+grep -q "^left out: Open MPI" "$tmp/log" || benches+=("Open MPI lat" "mpi4py ringtest")
+grep -q "^left out: MPICH" "$tmp/log" || benches+=("MPICH lat")
+for b in "${benches[@]}"; do
+    # bench,size,metric,unit,shm,cma,posix,...: three figures
+    awk -F, -v b="$b" '$1 == b && $2 == 8 && $3 == "lat" &&
+        $5 > 0 && $6 > 0 && $7 > 0 { found = 1 } END { exit !found }' \
+        "$csv" || fail "$b 8 B: not a figure from every transport in bench.csv"
+done
+grep -q "^ratios: remapring / posix+cma" "$tmp/log" || fail "no ratios"
+grep -q "not measured yet" "$tmp/log" || fail "no 'not measured yet' line"
+echo "PASS"
