@@ -405,6 +405,27 @@ TEST_F(test_ring, exceeds_limit)
     EXPECT_TRUE(recv(false));
 }
 
+/* A reader's info whose alignment, after header and reserve, takes more
+ * than a block: the largest payload wrapped around and the writer took it
+ * (found by contrib/fuzz/fuzz_ring_writer) */
+TEST_F(test_ring, bad_info_alignment_wraps_max_payload)
+{
+    uct_remapring_ring_layout_t layout;
+    uct_remapring_ring_info_t info;
+    uct_remapring_ring_writer_t writer;
+
+    init(config());
+    uct_remapring_ring_get_info(m_ring, &info);
+    info.align = 4096;
+    EXPECT_EQ(UCS_ERR_INVALID_PARAM,
+              uct_remapring_ring_writer_init(&writer, &info, m_wire));
+
+    uct_remapring_ring_layout_init(&layout, 256, 0, 4096, 0);
+    EXPECT_FALSE(uct_remapring_ring_geometry_valid(4096, 4, &layout));
+    uct_remapring_ring_layout_init(&layout, 256, 0, 4096, 0);
+    EXPECT_TRUE(uct_remapring_ring_geometry_valid(16384, 4, &layout));
+}
+
 TEST_F(test_ring, wraparound_laps)
 {
     config cfg;

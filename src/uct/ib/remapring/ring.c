@@ -30,7 +30,11 @@ int uct_remapring_ring_geometry_valid(size_t block_size, unsigned nslots,
         !ucs_is_pow2(layout->rec_align) ||
         (layout->rec_align < UCT_REMAPRING_RING_ALIGN) ||
         (layout->rec_align > 4096) ||
-        (layout->inline_max > 4096) || (layout->reserve > block_size)) {
+        (layout->inline_max > 4096) || (layout->reserve > block_size) ||
+        /* what max_payload takes off the block must fit in it: an
+         * alignment of a whole block after the reserve would wrap it */
+        (sizeof(uct_remapring_ring_hdr_t) + (uint64_t)layout->reserve +
+         layout->align - 1 >= block_size)) {
         return 0;
     }
 

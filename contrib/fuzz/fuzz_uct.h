@@ -1,0 +1,73 @@
+/**
+ * Copyright (c) remapring contributors. See file LICENSE for terms.
+ *
+ * What the fuzz targets that go through UCT share: the remapring component,
+ * an interface opened through UCT's public API, and reading the input.
+ */
+
+#ifndef REMAPRING_FUZZ_UCT_H_
+#define REMAPRING_FUZZ_UCT_H_
+
+#include <uct/api/uct.h>
+#include <ucs/async/async_fwd.h>
+
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+#define FUZZ_CHECK(_cond) \
+    do { \
+        if (!(_cond)) { \
+            fprintf(stderr, "%s:%d: %s does not hold\n", __FILE__, \
+                    __LINE__, #_cond); \
+            abort(); \
+        } \
+    } while (0)
+
+/** The input, read from the front; past its end every byte reads 0 */
+typedef struct {
+    const uint8_t *data;
+    size_t        size;
+} fuzz_input_t;
+
+uint8_t fuzz_u8(fuzz_input_t *in);
+uint16_t fuzz_u16(fuzz_input_t *in);
+uint32_t fuzz_u32(fuzz_input_t *in);
+uint64_t fuzz_u64(fuzz_input_t *in);
+/** Fill @a length bytes from the input */
+void fuzz_bytes(fuzz_input_t *in, void *buffer, size_t length);
+
+/** One memory domain, worker and remapring interface */
+typedef struct {
+    ucs_async_context_t *async;
+    uct_worker_h        worker;
+    uct_md_h            md;
+    uct_md_attr_t       md_attr;
+    uct_iface_h         iface;
+    uct_iface_attr_t    attr;
+    uint8_t             dev_addr[64];
+    uint8_t             iface_addr[64];
+} fuzz_uct_t;
+
+/**
+ * Quiet UCX (log level, unless UCX_LOG_LEVEL is set) and find the
+ * remapring component and the name of its @a index-th memory domain;
+ * aborts if there is none.
+ */
+uct_component_h fuzz_uct_component(unsigned index, char *md_name,
+                                   size_t max);
+
+/**
+ * Open an interface on @a md_name with UCX_REMAPRING_<name>=<value>
+ * settings (@a settings: NULL-terminated pairs, or NULL) and an error
+ * handler (or NULL).
+ */
+ucs_status_t fuzz_uct_open(uct_component_h component, const char *md_name,
+                           const char **settings,
+                           uct_error_handler_t err_handler, void *err_arg,
+                           fuzz_uct_t *e);
+
+/** Close what fuzz_uct_open() opened */
+void fuzz_uct_close(fuzz_uct_t *e);
+
+#endif
