@@ -244,6 +244,29 @@ void uct_remapring_ctl_release(uct_remapring_ctl_area_t *area, unsigned index)
     uct_remapring_conn_set_state(&area->conns[index], UCT_REMAPRING_CONN_FREE);
 }
 
+int uct_remapring_ctl_offer_begin(uct_remapring_ctl_area_t *area,
+                                  unsigned index)
+{
+    uint32_t state = UCT_REMAPRING_CONN_FREE;
+
+    /* a plain store would overwrite the claim of a sender that took the
+     * slot since it was seen FREE, and that sender would find its
+     * connection released */
+    return __atomic_compare_exchange_n(&area->conns[index].state, &state,
+                                       UCT_REMAPRING_CONN_OFFERING, 0,
+                                       __ATOMIC_ACQ_REL, __ATOMIC_RELAXED);
+}
+
+void uct_remapring_ctl_offer_end(uct_remapring_ctl_area_t *area,
+                                 unsigned index, int made)
+{
+    /* no sender moves an OFFERING slot: a store is enough, and its release
+     * orders the ring words before OFFERED */
+    uct_remapring_conn_set_state(&area->conns[index],
+                                 made ? UCT_REMAPRING_CONN_OFFERED :
+                                        UCT_REMAPRING_CONN_FREE);
+}
+
 
 /* Check the header of a control area mapped from @a path: @a ctl is a copy,
  * so that what is checked is what is used */

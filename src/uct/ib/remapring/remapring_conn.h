@@ -20,8 +20,13 @@
  *
  * A connection joins one sending interface to one receiving interface; all
  * endpoints from that sender to that receiver share it. Its state word:
- *   FREE    -> OFFERED  receiver: a ring made in advance (ring words valid),
- *                       for a sender on the shm wire to take at once
+ *   FREE    -> OFFERING receiver, compare-and-swap: it takes the slot to
+ *                       make a ring in advance; no sender claims it
+ *                       meanwhile, and a sender that claimed it first keeps
+ *                       it (an offer never overwrites a claim)
+ *   OFFERING -> OFFERED receiver: the ring is made (ring words valid), for
+ *                       a sender on the shm wire to take at once
+ *   OFFERING -> FREE    receiver: no ring could be made
  *   OFFERED -> READY    sender on the shm wire, compare-and-swap: it writes
  *                       at once; it fills in its pid, id and wire and rings
  *                       the doorbell, and the receiver adopts the ring
@@ -64,7 +69,7 @@
 
 
 #define UCT_REMAPRING_CTL_MAGIC   0x6c74636972616d72ull /* "rmaric tl" */
-#define UCT_REMAPRING_CTL_VERSION 4
+#define UCT_REMAPRING_CTL_VERSION 5
 #define UCT_REMAPRING_MAX_PEERS   4096 /* largest MAX_PEERS */
 
 
@@ -82,12 +87,13 @@ typedef enum {
  * State of a connection slot; see the top of this file.
  */
 typedef enum {
-    UCT_REMAPRING_CONN_FREE    = 0,
-    UCT_REMAPRING_CONN_CLAIMED = 1,
-    UCT_REMAPRING_CONN_READY   = 2,
-    UCT_REMAPRING_CONN_CLOSED  = 3,
-    UCT_REMAPRING_CONN_FAILED  = 4,
-    UCT_REMAPRING_CONN_OFFERED = 5
+    UCT_REMAPRING_CONN_FREE     = 0,
+    UCT_REMAPRING_CONN_CLAIMED  = 1,
+    UCT_REMAPRING_CONN_READY    = 2,
+    UCT_REMAPRING_CONN_CLOSED   = 3,
+    UCT_REMAPRING_CONN_FAILED   = 4,
+    UCT_REMAPRING_CONN_OFFERED  = 5,
+    UCT_REMAPRING_CONN_OFFERING = 6
 } uct_remapring_conn_state_t;
 
 
@@ -404,6 +410,27 @@ static inline void uct_remapring_ctl_arm(uct_remapring_ctl_area_t *area,
  * Give connection @a index back: disarmed and FREE, for a new sender.
  */
 void uct_remapring_ctl_release(uct_remapring_ctl_area_t *area, unsigned index);
+
+
+/**
+ * Take FREE connection @a index to make a ring to offer on it (OFFERING):
+ * senders claim FREE slots at any time, so the slot is taken before its
+ * ring words are written, never after.
+ *
+ * @return Whether it was taken; false if it is not FREE (a sender claimed
+ *         it, and its doorbell follows).
+ */
+int uct_remapring_ctl_offer_begin(uct_remapring_ctl_area_t *area,
+                                  unsigned index);
+
+
+/**
+ * End the offer of connection @a index taken by
+ * uct_remapring_ctl_offer_begin(): OFFERED if its ring is made (@a made),
+ * else FREE again.
+ */
+void uct_remapring_ctl_offer_end(uct_remapring_ctl_area_t *area,
+                                 unsigned index, int made);
 
 
 /* ------------------------------------------------------------------------ */

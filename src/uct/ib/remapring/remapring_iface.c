@@ -676,17 +676,23 @@ static void uct_remapring_rx_offer(uct_remapring_iface_t *iface)
             break;
         }
 
+        /* a sender may claim the slot since it was seen FREE */
+        if (!uct_remapring_ctl_offer_begin(&iface->rx.ctl, index)) {
+            continue; /* claimed: its doorbell follows */
+        }
+
         ucs_snprintf_zero(name, sizeof(name), "offered (connection %u)",
                           index);
         if (uct_remapring_rx_ring_make(iface, index, UCT_REMAPRING_WIRE_SHM,
                                        name) != UCS_OK) {
+            uct_remapring_ctl_offer_end(&iface->rx.ctl, index, 0);
             break; /* no room for more: senders wait to be accepted */
         }
 
         rx_conn->offered = 1;
         ++iface->rx.noffered;
         /* the ring words are set: a sender may take it from here */
-        uct_remapring_conn_set_state(conn, UCT_REMAPRING_CONN_OFFERED);
+        uct_remapring_ctl_offer_end(&iface->rx.ctl, index, 1);
     }
 
     iface->rx.offer_cursor = (iface->rx.offer_cursor + n) % max_peers;

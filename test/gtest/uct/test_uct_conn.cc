@@ -1,0 +1,196 @@
+/**
+ * Copyright (c) remapring contributors. See file LICENSE for terms.
+ *
+ * The connection protocol's races, driven step by step through
+ * remapring_conn.h: the receiver's control area and the senders' claims in
+ * one process, each interleaving written out in the order the test names.
+ *
+ * A receiver makes rings in advance on FREE slots (offers) while senders
+ * claim FREE slots: an offer that saw a slot FREE must not overwrite the
+ * claim of a sender that took it since, or that sender finds its connection
+ * released (UCS_ERR_CONNECTION_RESET) while the receiver lives on.
+ */
+
+#include "common/uct_fixture.h"
+
+extern "C" {
+#include <uct/ib/remapring/remapring_conn.h>
+}
+
+#include <unistd.h>
+
+using namespace remapring_test;
+
+namespace {
+
+class test_uct_conn : public uct_fixture {
+protected:
+    static const unsigned MAX_PEERS  = 4;
+    static const unsigned RING_SLOTS = 4;
+    static const uint64_t IFACE_ID   = 0x636f6e6e74657374ull;
+
+    void SetUp() override
+    {
+        uct_fixture::SetUp();
+        if (IsSkipped()) {
+            return;
+        }
+
+        uct_remapring_ctl_params_t params = {};
+        params.max_peers   = MAX_PEERS;
+        params.ring_slots  = RING_SLOTS;
+        params.iface_id    = IFACE_ID;
+        params.block_size  = 4096;
+        params.pool_fd     = -1;
+        params.pool_blocks = 0;
+        ASSERT_EQ(UCS_OK, uct_remapring_ctl_create(&params, &m_area));
+        m_area_made = true;
+        ASSERT_EQ(UCS_OK, uct_remapring_watch_init(&m_watch));
+        m_watch_made = true;
+    }
+
+    void TearDown() override
+    {
+        for (auto &remote : m_remotes) {
+            uct_remapring_remote_detach(remote.get(), &m_watch);
+        }
+        m_remotes.clear();
+        if (m_watch_made) {
+            uct_remapring_watch_cleanup(&m_watch);
+        }
+        if (m_area_made) {
+            uct_remapring_ctl_destroy(&m_area);
+        }
+        uct_fixture::TearDown();
+    }
+
+    static void no_exit_cb(uct_remapring_proc_t*)
+    {
+    }
+
+    /* A sender attached to our control area, not yet connected */
+    uct_remapring_remote_t *attach()
+    {
+        uct_remapring_iface_addr_t addr = {};
+        std::unique_ptr<uct_remapring_remote_t> remote(
+                new uct_remapring_remote_t());
+
+        addr.pid      = getpid();
+        addr.ctl_fd   = m_area.fd;
+        addr.iface_id = IFACE_ID;
+        if (uct_remapring_remote_attach(&addr, &m_watch, no_exit_cb,
+                                        remote.get()) != UCS_OK) {
+            ADD_FAILURE() << "attach failed";
+            return nullptr;
+        }
+
+        m_remotes.push_back(std::move(remote));
+        return m_remotes.back().get();
+    }
+
+    /* A sender on @a wire that claimed a connection */
+    uct_remapring_remote_t *claim(uct_remapring_wire_type_t wire)
+    {
+        uct_remapring_remote_t *remote = attach();
+
+        if ((remote != nullptr) &&
+            (uct_remapring_remote_claim(remote, m_remotes.size(), wire) !=
+             UCS_OK)) {
+            ADD_FAILURE() << "claim failed";
+            return nullptr;
+        }
+        return remote;
+    }
+
+    uct_remapring_conn_state_t state(unsigned index)
+    {
+        return uct_remapring_conn_state(&m_area.conns[index]);
+    }
+
+    /* The sender's view of its connection: UCS_INPROGRESS until accepted */
+    static ucs_status_t sender_state(const uct_remapring_remote_t *remote,
+                                     std::string *reason_p)
+    {
+        const char *reason = "";
+        ucs_status_t status = uct_remapring_remote_state(remote, &reason);
+
+        *reason_p = reason;
+        return status;
+    }
+
+    uct_remapring_ctl_area_t m_area       = {};
+    uct_remapring_watch_t    m_watch      = {};
+    bool                     m_area_made  = false;
+    bool                     m_watch_made = false;
+    std::vector<std::unique_ptr<uct_remapring_remote_t>> m_remotes;
+};
+
+
+/* The receiver sees slot 0 FREE and starts an offer on it; a sender claims
+ * a FREE slot before the ring is made; the offer ends. The sender's claim
+ * stands (on another slot), and the offer is taken by the next sender. */
+TEST_F(test_uct_conn, claim_during_offer)
+{
+    for (auto wire : {UCT_REMAPRING_WIRE_CMA, UCT_REMAPRING_WIRE_SHM}) {
+        SCOPED_TRACE(wire == UCT_REMAPRING_WIRE_CMA ? "cma" : "shm");
+        ASSERT_EQ(UCT_REMAPRING_CONN_FREE, state(0));
+        ASSERT_TRUE(uct_remapring_ctl_offer_begin(&m_area, 0));
+
+        /* a sender of either wire finds no offer yet, and claims */
+        uct_remapring_remote_t *sender = claim(wire);
+        ASSERT_NE(nullptr, sender);
+        EXPECT_NE(0u, sender->index);
+
+        /* the ring is made: the offer ends */
+        uct_remapring_ctl_offer_end(&m_area, 0, 1);
+        std::string reason;
+        EXPECT_EQ(UCS_INPROGRESS, sender_state(sender, &reason)) << reason;
+        EXPECT_EQ(UCT_REMAPRING_CONN_CLAIMED, state(sender->index));
+        EXPECT_EQ(getpid(), m_area.conns[sender->index].sender_pid);
+        EXPECT_EQ(UCT_REMAPRING_CONN_OFFERED, state(0));
+
+        /* the next sender on the shm wire takes the offer */
+        uct_remapring_remote_t *taker = claim(UCT_REMAPRING_WIRE_SHM);
+        ASSERT_NE(nullptr, taker);
+        EXPECT_EQ(0u, taker->index);
+        EXPECT_EQ(UCS_OK, sender_state(taker, &reason)) << reason;
+
+        /* both close; the receiver frees both slots */
+        uct_remapring_ctl_release(&m_area, sender->index);
+        uct_remapring_ctl_release(&m_area, taker->index);
+        for (auto &remote : m_remotes) {
+            uct_remapring_remote_detach(remote.get(), &m_watch);
+        }
+        m_remotes.clear();
+    }
+}
+
+/* A sender claims slot 0, which the receiver saw FREE just before: the
+ * offer does not start, and the claim stands */
+TEST_F(test_uct_conn, claim_before_offer)
+{
+    ASSERT_EQ(UCT_REMAPRING_CONN_FREE, state(0));
+    uct_remapring_remote_t *sender = claim(UCT_REMAPRING_WIRE_CMA);
+    ASSERT_NE(nullptr, sender);
+    ASSERT_EQ(0u, sender->index);
+
+    EXPECT_FALSE(uct_remapring_ctl_offer_begin(&m_area, 0));
+    std::string reason;
+    EXPECT_EQ(UCS_INPROGRESS, sender_state(sender, &reason)) << reason;
+    EXPECT_EQ(UCT_REMAPRING_CONN_CLAIMED, state(0));
+}
+
+/* An offer whose ring could not be made gives the slot back FREE */
+TEST_F(test_uct_conn, offer_not_made)
+{
+    ASSERT_TRUE(uct_remapring_ctl_offer_begin(&m_area, 0));
+    EXPECT_EQ(UCT_REMAPRING_CONN_OFFERING, state(0));
+    uct_remapring_ctl_offer_end(&m_area, 0, 0);
+    EXPECT_EQ(UCT_REMAPRING_CONN_FREE, state(0));
+
+    uct_remapring_remote_t *sender = claim(UCT_REMAPRING_WIRE_CMA);
+    ASSERT_NE(nullptr, sender);
+    EXPECT_EQ(0u, sender->index);
+}
+
+} // namespace
