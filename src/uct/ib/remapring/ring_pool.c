@@ -19,13 +19,13 @@
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <time.h>
+#include <unistd.h>
 
 
 /* Blocks of all the pools of the process that are off their free lists
  * (attached or detached): uct_remapring_pool_total_used(). Each pool is
  * serialised by its receiver, but not with the others: atomics. */
 static volatile uint64_t uct_remapring_pool_used_blocks = 0;
-#include <unistd.h>
 
 
 /* Seals of the pool memfd: it never shrinks, and no one adds a seal that
