@@ -29,6 +29,8 @@
 #define _GNU_SOURCE
 #endif
 
+#include "fuzz_input.h"
+
 #include <uct/ib/remapring/ring.h>
 #include <uct/ib/remapring/ring_pool.h>
 #include <uct/ib/remapring/ring_wire.h>
@@ -48,50 +50,8 @@
 #define FUZZ_MAX_SENT   1024
 #define FUZZ_MAX_STEPS  512
 
-#define FUZZ_CHECK(_cond) \
-    do { \
-        if (!(_cond)) { \
-            fprintf(stderr, "fuzz_ring_reader: %s:%d: %s does not hold\n", \
-                    __FILE__, __LINE__, #_cond); \
-            abort(); \
-        } \
-    } while (0)
-
-typedef struct {
-    const uint8_t *data;
-    size_t        size;
-} fuzz_input_t;
-
 static uct_remapring_pool_t *pool;
 static uct_remapring_ring_ctl_t *ctl;
-
-static uint8_t fuzz_u8(fuzz_input_t *in)
-{
-    uint8_t v = 0;
-
-    if (in->size > 0) {
-        v = in->data[0];
-        ++in->data;
-        --in->size;
-    }
-    return v;
-}
-
-static uint16_t fuzz_u16(fuzz_input_t *in)
-{
-    return fuzz_u8(in) | ((uint16_t)fuzz_u8(in) << 8);
-}
-
-static uint64_t fuzz_u64(fuzz_input_t *in)
-{
-    uint64_t v = 0;
-    unsigned i;
-
-    for (i = 0; i < 8; ++i) {
-        v |= (uint64_t)fuzz_u8(in) << (8 * i);
-    }
-    return v;
-}
 
 /* Payload byte @a i of honest message @a seq */
 static uint8_t fuzz_pattern(uint64_t seq, size_t i)

@@ -25,6 +25,8 @@
 #define _GNU_SOURCE
 #endif
 
+#include "fuzz_input.h"
+
 #include <uct/ib/remapring/ring.h>
 #include <uct/ib/remapring/ring_pool.h>
 #include <uct/ib/remapring/ring_wire.h>
@@ -43,52 +45,10 @@
 #define FUZZ_MAX_SLOTS  64
 #define FUZZ_MAX_STEPS  256
 
-#define FUZZ_CHECK(_cond) \
-    do { \
-        if (!(_cond)) { \
-            fprintf(stderr, "fuzz_ring_writer: %s:%d: %s does not hold\n", \
-                    __FILE__, __LINE__, #_cond); \
-            abort(); \
-        } \
-    } while (0)
-
-typedef struct {
-    const uint8_t *data;
-    size_t        size;
-} fuzz_input_t;
-
 static uct_remapring_pool_t *pool;
 static uct_remapring_ring_ctl_t *ctl;
 static uint32_t *slot_table;
 static uint8_t payload[2 * FUZZ_BLOCK_SIZE];
-
-static uint8_t fuzz_u8(fuzz_input_t *in)
-{
-    uint8_t v = 0;
-
-    if (in->size > 0) {
-        v = in->data[0];
-        ++in->data;
-        --in->size;
-    }
-    return v;
-}
-
-static uint32_t fuzz_u32(fuzz_input_t *in)
-{
-    uint32_t v = 0;
-    unsigned i;
-
-    for (i = 0; i < 4; ++i) {
-        v |= (uint32_t)fuzz_u8(in) << (8 * i);
-    }
-    return v;
-}
-
-static uint64_t fuzz_u64(fuzz_input_t *in)
-{
-    return fuzz_u32(in) | ((uint64_t)fuzz_u32(in) << 32);
-}
 
 static uint64_t fuzz_fake_limit(uct_remapring_wire_t *wire)
 {

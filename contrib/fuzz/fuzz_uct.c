@@ -13,42 +13,6 @@
 
 #include <string.h>
 
-uint8_t fuzz_u8(fuzz_input_t *in)
-{
-    uint8_t v = 0;
-
-    if (in->size > 0) {
-        v = in->data[0];
-        ++in->data;
-        --in->size;
-    }
-    return v;
-}
-
-uint16_t fuzz_u16(fuzz_input_t *in)
-{
-    return fuzz_u8(in) | ((uint16_t)fuzz_u8(in) << 8);
-}
-
-uint32_t fuzz_u32(fuzz_input_t *in)
-{
-    return fuzz_u16(in) | ((uint32_t)fuzz_u16(in) << 16);
-}
-
-uint64_t fuzz_u64(fuzz_input_t *in)
-{
-    return fuzz_u32(in) | ((uint64_t)fuzz_u32(in) << 32);
-}
-
-void fuzz_bytes(fuzz_input_t *in, void *buffer, size_t length)
-{
-    size_t i;
-
-    for (i = 0; i < length; ++i) {
-        ((uint8_t*)buffer)[i] = fuzz_u8(in);
-    }
-}
-
 uct_component_h fuzz_uct_component(unsigned index, char *md_name, size_t max)
 {
     uct_md_resource_desc_t mds[8];

@@ -2,11 +2,13 @@
  * Copyright (c) remapring contributors. See file LICENSE for terms.
  *
  * What the fuzz targets that go through UCT share: the remapring component,
- * an interface opened through UCT's public API, and reading the input.
+ * an interface opened through UCT's public API (fuzz_input.h: the input).
  */
 
 #ifndef REMAPRING_FUZZ_UCT_H_
 #define REMAPRING_FUZZ_UCT_H_
+
+#include "fuzz_input.h"
 
 #include <uct/api/uct.h>
 #include <ucs/async/async_fwd.h>
@@ -14,28 +16,6 @@
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
-
-#define FUZZ_CHECK(_cond) \
-    do { \
-        if (!(_cond)) { \
-            fprintf(stderr, "%s:%d: %s does not hold\n", __FILE__, \
-                    __LINE__, #_cond); \
-            abort(); \
-        } \
-    } while (0)
-
-/** The input, read from the front; past its end every byte reads 0 */
-typedef struct {
-    const uint8_t *data;
-    size_t        size;
-} fuzz_input_t;
-
-uint8_t fuzz_u8(fuzz_input_t *in);
-uint16_t fuzz_u16(fuzz_input_t *in);
-uint32_t fuzz_u32(fuzz_input_t *in);
-uint64_t fuzz_u64(fuzz_input_t *in);
-/** Fill @a length bytes from the input */
-void fuzz_bytes(fuzz_input_t *in, void *buffer, size_t length);
 
 /** One memory domain, worker and remapring interface */
 typedef struct {
