@@ -47,8 +47,8 @@ static uct_remapring_pool_t *pool;
 static pid_t dead_pid;
 static unsigned nerrors;
 
-static ucs_status_t fuzz_err_handler(void *arg, uct_ep_h ep,
-                                     ucs_status_t status)
+static ucs_status_t
+fuzz_err_handler(void *arg, uct_ep_h ep, ucs_status_t status)
 {
     ++nerrors;
     return UCS_OK;
@@ -108,8 +108,9 @@ static int fuzz_make_ctl(fuzz_input_t *in, uint64_t iface_id, size_t *size_p,
         size = fuzz_u16(in); /* too small, not a page multiple */
     }
     FUZZ_CHECK(ftruncate(fd, size) == 0);
-    ctl = (size > 0) ? mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_SHARED,
-                            fd, 0) : MAP_FAILED;
+    ctl = (size > 0) ?
+                  mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0) :
+                  MAP_FAILED;
     if (ctl == MAP_FAILED) {
         *ctl_p = NULL;
         return fd;
@@ -153,24 +154,23 @@ static int fuzz_make_ctl(fuzz_input_t *in, uint64_t iface_id, size_t *size_p,
     }
 
     seals = (mask & 0x40) ? fuzz_u8(in) :
-            (F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL);
-    fcntl(fd, F_ADD_SEALS, seals & (F_SEAL_SHRINK | F_SEAL_GROW |
-                                    F_SEAL_SEAL));
+                            (F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL);
+    fcntl(fd, F_ADD_SEALS, seals & (F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL));
     *size_p = size;
     *ctl_p  = ctl;
     return fd;
 }
 
 /* The ring the receiver made for the connection the sender claimed */
-static void fuzz_make_ring(fuzz_input_t *in, uct_remapring_ctl_t *ctl,
-                           unsigned index)
+static void
+fuzz_make_ring(fuzz_input_t *in, uct_remapring_ctl_t *ctl, unsigned index)
 {
     uct_remapring_conn_t *conn = &uct_remapring_ctl_conns(ctl,
                                                           FUZZ_PEERS)[index];
-    uint32_t *table = uct_remapring_ctl_slot_table(ctl, FUZZ_PEERS,
-                                                   FUZZ_SLOTS, index);
+    uint32_t *table = uct_remapring_ctl_slot_table(ctl, FUZZ_PEERS, FUZZ_SLOTS,
+                                                   index);
     uct_remapring_ring_info_t *info = &conn->ring.info;
-    uint8_t mask = fuzz_u8(in);
+    uint8_t mask                    = fuzz_u8(in);
     unsigned i;
 
     info->magic        = UCT_REMAPRING_RING_CTL_MAGIC;
@@ -193,9 +193,10 @@ static void fuzz_make_ring(fuzz_input_t *in, uct_remapring_ctl_t *ctl,
     }
     conn->ring.tail  = 0;
     conn->ring.limit = (mask & 0x04) ? fuzz_u64(in) :
-                       (uint64_t)FUZZ_BLOCK * FUZZ_SLOTS;
-    uct_remapring_conn_set_state(conn, (mask & 0x08) ? fuzz_u8(in) % 8 :
-                                       UCT_REMAPRING_CONN_READY);
+                                       (uint64_t)FUZZ_BLOCK * FUZZ_SLOTS;
+    uct_remapring_conn_set_state(conn, (mask & 0x08) ?
+                                               fuzz_u8(in) % 8 :
+                                               UCT_REMAPRING_CONN_READY);
 }
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
@@ -207,7 +208,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     uct_remapring_conn_t *conns;
     uct_ep_params_t params;
     uint64_t iface_id = 0x1234abcd5678ef00ull, payload = 0;
-    size_t ctl_size   = 0;
+    size_t ctl_size = 0;
     uct_ep_h ep;
     unsigned i, index;
     uint8_t mask;
@@ -217,8 +218,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     mask = fuzz_u8(&in);
 
     memcpy(&addr, sender.iface_addr, sizeof(addr));
-    addr.pid      = (mask & 0x01) ? ((mask & 0x02) ? dead_pid : 0) :
-                                    getpid();
+    addr.pid      = (mask & 0x01) ? ((mask & 0x02) ? dead_pid : 0) : getpid();
     addr.ctl_fd   = (mask & 0x04) ? ((mask & 0x08) ? pool->fd : -1) : fd;
     addr.iface_id = (mask & 0x10) ? fuzz_u64(&in) : iface_id;
     if (mask & 0x20) {
@@ -229,28 +229,27 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     memcpy(dev_addr, sender.dev_addr, sizeof(dev_addr));
     if (mask & 0x80) {
         for (i = fuzz_u8(&in) % 4; i > 0; --i) {
-            dev_addr[fuzz_u8(&in) % sender.attr.device_addr_len] ^=
-                    fuzz_u8(&in);
+            dev_addr[fuzz_u8(&in) % sender.attr.device_addr_len] ^= fuzz_u8(
+                    &in);
         }
     }
 
-    (void)uct_iface_is_reachable(sender.iface, (uct_device_addr_t*)dev_addr,
-                                 (uct_iface_addr_t*)&addr);
+    (void)uct_iface_is_reachable(sender.iface, (uct_device_addr_t *)dev_addr,
+                                 (uct_iface_addr_t *)&addr);
 
     memset(&params, 0, sizeof(params));
-    params.field_mask = UCT_EP_PARAM_FIELD_IFACE |
-                        UCT_EP_PARAM_FIELD_DEV_ADDR |
+    params.field_mask = UCT_EP_PARAM_FIELD_IFACE | UCT_EP_PARAM_FIELD_DEV_ADDR |
                         UCT_EP_PARAM_FIELD_IFACE_ADDR;
     params.iface      = sender.iface;
-    params.dev_addr   = (uct_device_addr_t*)dev_addr;
-    params.iface_addr = (uct_iface_addr_t*)&addr;
+    params.dev_addr   = (uct_device_addr_t *)dev_addr;
+    params.iface_addr = (uct_iface_addr_t *)&addr;
     if (uct_ep_create(&params, &ep) != UCS_OK) {
         goto out;
     }
 
     /* the receiver answers the claim */
-    if ((ctl != NULL) && (ctl_size >= uct_remapring_ctl_size(FUZZ_PEERS,
-                                                             FUZZ_SLOTS))) {
+    if ((ctl != NULL) &&
+        (ctl_size >= uct_remapring_ctl_size(FUZZ_PEERS, FUZZ_SLOTS))) {
         conns = uct_remapring_ctl_conns(ctl, FUZZ_PEERS);
         for (index = 0; index < FUZZ_PEERS; ++index) {
             if (conns[index].sender_pid == getpid()) {
@@ -276,11 +275,11 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
             (void)uct_ep_check(ep, 0, NULL);
             break;
         default:
-            if ((ctl != NULL) && (ctl_size >= uct_remapring_ctl_size(
-                                                   FUZZ_PEERS, FUZZ_SLOTS))) {
+            if ((ctl != NULL) &&
+                (ctl_size >= uct_remapring_ctl_size(FUZZ_PEERS, FUZZ_SLOTS))) {
                 /* any word of the area */
                 i = fuzz_u16(&in) % (ctl_size / sizeof(uint32_t));
-                ((uint32_t*)ctl)[i] = fuzz_u32(&in);
+                ((uint32_t *)ctl)[i] = fuzz_u32(&in);
             }
             break;
         }

@@ -13,19 +13,19 @@
 #include <stdio.h>
 #include <stdlib.h>
 
-#define FUZZ_CHECK(_cond) \
-    do { \
-        if (!(_cond)) { \
-            fprintf(stderr, "%s:%d: %s does not hold\n", __FILE__, \
-                    __LINE__, #_cond); \
-            abort(); \
-        } \
+#define FUZZ_CHECK(_cond)                                                      \
+    do {                                                                       \
+        if (!(_cond)) {                                                        \
+            fprintf(stderr, "%s:%d: %s does not hold\n", __FILE__, __LINE__,   \
+                    #_cond);                                                   \
+            abort();                                                           \
+        }                                                                      \
     } while (0)
 
 /** The input, read from the front; past its end every byte reads 0 */
 typedef struct {
     const uint8_t *data;
-    size_t        size;
+    size_t size;
 } fuzz_input_t;
 
 static inline uint8_t fuzz_u8(fuzz_input_t *in)
@@ -61,7 +61,7 @@ static inline void fuzz_bytes(fuzz_input_t *in, void *buffer, size_t length)
     size_t i;
 
     for (i = 0; i < length; ++i) {
-        ((uint8_t*)buffer)[i] = fuzz_u8(in);
+        ((uint8_t *)buffer)[i] = fuzz_u8(in);
     }
 }
 

@@ -102,7 +102,8 @@ static void fuzz_check_rx(const uct_remapring_ring_t *ring,
                           const uct_remapring_ring_rx_t *rx)
 {
     uint64_t end = (ring->commit == UCT_REMAPRING_RING_COMMIT_TAIL) ?
-                   ring->tail : ring->limit;
+                           ring->tail :
+                           ring->limit;
     uint32_t block;
     const char *base;
     volatile uint8_t sum = 0;
@@ -118,19 +119,19 @@ static void fuzz_check_rx(const uct_remapring_ring_t *ring,
     block = ring->slots[(rx->offset / ring->block_size) % ring->nslots];
     FUZZ_CHECK(block < pool->nblocks);
     base = uct_remapring_pool_block_addr(pool, block);
-    FUZZ_CHECK((const char*)rx->payload >=
+    FUZZ_CHECK((const char *)rx->payload >=
                base + (rx->offset % ring->block_size) +
-               sizeof(uct_remapring_ring_hdr_t));
-    FUZZ_CHECK((const char*)rx->payload + rx->length <=
+                       sizeof(uct_remapring_ring_hdr_t));
+    FUZZ_CHECK((const char *)rx->payload + rx->length <=
                base + ((rx->next - 1) % ring->block_size) + 1);
     FUZZ_CHECK(rx->is_inline ||
-               ((const char*)rx->payload - ring->layout.reserve -
-                sizeof(uct_remapring_ring_hdr_t) >=
+               ((const char *)rx->payload - ring->layout.reserve -
+                        sizeof(uct_remapring_ring_hdr_t) >=
                 base + (rx->offset % ring->block_size)));
 
     /* the upper layer reads all of it */
     for (i = 0; i < rx->length; ++i) {
-        sum += ((const uint8_t*)rx->payload)[i];
+        sum += ((const uint8_t *)rx->payload)[i];
     }
     (void)sum;
 }
@@ -152,7 +153,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     uct_remapring_ring_hdr_t hdr;
     unsigned nheld = 0, sent_head = 0, sent_tail = 0, step, i;
     uint64_t send_seq = 0, recv_seq = 0, offset, value;
-    ucs_status_t status, sticky = UCS_OK;
+    ucs_status_t status, sticky     = UCS_OK;
     int honest = 1, shm, hold;
     uint8_t cfg, op;
     uint16_t length;
@@ -196,14 +197,12 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
                                                FUZZ_MAX_BLOCKS, shared_slots,
                                                ring->window_size, ctl, &wire);
     } else {
-        status = uct_remapring_wire_local_create(ring->view,
-                                                 ring->window_size, ctl,
-                                                 &wire);
+        status = uct_remapring_wire_local_create(ring->view, ring->window_size,
+                                                 ctl, &wire);
     }
     FUZZ_CHECK(status == UCS_OK);
     uct_remapring_ring_get_info(ring, &info);
-    FUZZ_CHECK(uct_remapring_ring_writer_init(&writer, &info, wire) ==
-               UCS_OK);
+    FUZZ_CHECK(uct_remapring_ring_writer_init(&writer, &info, wire) == UCS_OK);
 
     for (step = 0; (step < FUZZ_MAX_STEPS) && (in.size > 0); ++step) {
         op = fuzz_u8(&in);
@@ -219,9 +218,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
             if (sent_tail - sent_head == FUZZ_MAX_SENT) {
                 break;
             }
-            status = uct_remapring_ring_writer_send(&writer,
-                                                    (uint8_t)send_seq, op,
-                                                    &iov, 1);
+            status = uct_remapring_ring_writer_send(&writer, (uint8_t)send_seq,
+                                                    op, &iov, 1);
             if (status == UCS_OK) {
                 sent_len[sent_tail++ % FUZZ_MAX_SENT] = iov.iov_len;
                 ++send_seq;
@@ -253,7 +251,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
                 FUZZ_CHECK(rx.length == sent_len[sent_head % FUZZ_MAX_SENT]);
                 FUZZ_CHECK(rx.am_id == (uint8_t)recv_seq);
                 for (i = 0; i < rx.length; ++i) {
-                    FUZZ_CHECK(((uint8_t*)rx.payload)[i] ==
+                    FUZZ_CHECK(((uint8_t *)rx.payload)[i] ==
                                fuzz_pattern(recv_seq, i));
                 }
                 ++sent_head;
@@ -263,7 +261,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
             if (hold && (nheld < FUZZ_MAX_HELD)) {
                 if (!rx.is_inline) {
                     /* the descriptor and headroom in front are ours */
-                    memset((char*)rx.payload - params.headroom, 0xee,
+                    memset((char *)rx.payload - params.headroom, 0xee,
                            params.headroom);
                 }
                 held[nheld++] = rx.payload;
@@ -275,8 +273,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         case 5: /* release a held record */
             if (nheld > 0) {
                 i = fuzz_u8(&in) % nheld;
-                FUZZ_CHECK(uct_remapring_ring_release(pool, held[i]) ==
-                           UCS_OK);
+                FUZZ_CHECK(uct_remapring_ring_release(pool, held[i]) == UCS_OK);
                 held[i] = held[--nheld];
             }
             break;
@@ -289,7 +286,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
                 break;
             }
             pos = offset % ring->block_size;
-            dst = (char*)uct_remapring_pool_block_addr(pool, i) + pos;
+            dst = (char *)uct_remapring_pool_block_addr(pool, i) + pos;
             while ((length-- > 0) && (pos++ < ring->block_size)) {
                 *dst++ = fuzz_u8(&in);
             }
@@ -299,19 +296,19 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
             i      = fuzz_u8(&in) % pool->nblocks;
             pos    = fuzz_u16(&in) % FUZZ_BLOCK_SIZE;
             length = fuzz_u8(&in) % 32 + 1;
-            dst    = (char*)uct_remapring_pool_block_addr(pool, i) + pos;
+            dst    = (char *)uct_remapring_pool_block_addr(pool, i) + pos;
             while ((length-- > 0) && (pos++ < FUZZ_BLOCK_SIZE)) {
                 *dst++ = fuzz_u8(&in);
             }
             break;
         case 8: /* a forged header, with the stamp the reader expects */
             honest = 0;
-            offset = writer.tail + (uint64_t)(fuzz_u8(&in) % 64) *
-                                           UCT_REMAPRING_RING_ALIGN;
-            i      = ring->slots[(offset / ring->block_size) % ring->nslots];
-            value  = fuzz_u8(&in);
-            hdr.stamp    = ((value & 0x80) ? offset + ring->window_size :
-                                             offset) ^ writer.nonce;
+            offset = writer.tail +
+                     (uint64_t)(fuzz_u8(&in) % 64) * UCT_REMAPRING_RING_ALIGN;
+            i         = ring->slots[(offset / ring->block_size) % ring->nslots];
+            value     = fuzz_u8(&in);
+            hdr.stamp = ((value & 0x80) ? offset + ring->window_size : offset) ^
+                        writer.nonce;
             hdr.type     = (value & 0x40) ? UCT_REMAPRING_RING_REC_PAD :
                            (value & 0x20) ? fuzz_u8(&in) :
                                             UCT_REMAPRING_RING_REC_DATA;
@@ -321,14 +318,14 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
             hdr.flags    = 0;
             hdr.reserved = 0;
             if (i != UCT_REMAPRING_POOL_BLOCK_NONE) {
-                memcpy((char*)uct_remapring_pool_block_addr(pool, i) +
+                memcpy((char *)uct_remapring_pool_block_addr(pool, i) +
                                (offset % ring->block_size),
                        &hdr, sizeof(hdr));
             }
             if (value & 0x08) {
                 /* the writer's tail covers it too */
-                uct_remapring_ring_ctl_store_tail(ctl, offset +
-                                                  (fuzz_u8(&in) + 1) * 64);
+                uct_remapring_ring_ctl_store_tail(ctl, offset + (fuzz_u8(&in) +
+                                                                 1) * 64);
             }
             break;
         case 9: /* any tail */

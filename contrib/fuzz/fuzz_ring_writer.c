@@ -57,8 +57,7 @@ static uint64_t fuzz_fake_limit(uct_remapring_wire_t *wire)
 
 /* a wire for writer_init alone: it reads the limit once */
 static const uct_remapring_wire_ops_t fuzz_fake_ops = {
-    .limit = fuzz_fake_limit
-};
+        .limit = fuzz_fake_limit};
 
 int LLVMFuzzerInitialize(int *argc, char ***argv)
 {
@@ -111,7 +110,7 @@ static void fuzz_info(fuzz_input_t *in, uct_remapring_ring_info_t *info)
     if (mask == 0xff) {
         /* raw bytes */
         for (unsigned i = 0; i < sizeof(*info); ++i) {
-            ((uint8_t*)info)[i] = fuzz_u8(in);
+            ((uint8_t *)info)[i] = fuzz_u8(in);
         }
         return;
     }
@@ -179,11 +178,11 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
                                      .window_size = window,
                                      .can_stamp   = 1};
 
-        if (uct_remapring_ring_writer_init(&writer, &info, &fake) ==
-            UCS_OK) {
+        if (uct_remapring_ring_writer_init(&writer, &info, &fake) == UCS_OK) {
             layout = &writer.layout;
             FUZZ_CHECK(sizeof(uct_remapring_ring_hdr_t) + layout->reserve +
-                       layout->align - 1 + (uint64_t)writer.max_payload <=
+                               layout->align - 1 +
+                               (uint64_t)writer.max_payload <=
                        writer.block_size);
         }
         return 0;
@@ -198,8 +197,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     ctl->limit = window;
 
     status = uct_remapring_wire_shm_create(pool->fd, FUZZ_BLOCK_SIZE,
-                                           pool_blocks, slot_table, window,
-                                           ctl, &wire);
+                                           pool_blocks, slot_table, window, ctl,
+                                           &wire);
     if (status != UCS_OK) {
         return 0;
     }
@@ -212,7 +211,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 
     layout = &writer.layout;
     FUZZ_CHECK(sizeof(uct_remapring_ring_hdr_t) + layout->reserve +
-               layout->align - 1 + (uint64_t)writer.max_payload <=
+                       layout->align - 1 + (uint64_t)writer.max_payload <=
                writer.block_size);
 
     for (step = 0; (step < FUZZ_MAX_STEPS) && (in.size > 0); ++step) {
@@ -242,21 +241,21 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
             }
             break;
         default: /* a record in pieces */
-            length = ((op & 0x80) ? fuzz_u32(&in) :
-                      (uint32_t)(fuzz_u8(&in) | (fuzz_u8(&in) << 8))) %
+            length = ((op & 0x80) ?
+                              fuzz_u32(&in) :
+                              (uint32_t)(fuzz_u8(&in) | (fuzz_u8(&in) << 8))) %
                      (2 * FUZZ_BLOCK_SIZE + 1);
             niov = fuzz_u8(&in) % (UCT_REMAPRING_RING_MAX_IOV + 2);
             for (i = 0, left = length; i < niov; ++i) {
                 piece = (i == niov - 1) ? left : ucs_min(left, fuzz_u8(&in));
                 iov[i].iov_base = payload + (length - left);
                 iov[i].iov_len  = piece;
-                left           -= piece;
+                left -= piece;
             }
             if (niov == 0) {
                 length = 0;
             }
-            status = uct_remapring_ring_writer_send(&writer, op, 0, iov,
-                                                    niov);
+            status = uct_remapring_ring_writer_send(&writer, op, 0, iov, niov);
             if (status == UCS_OK) {
                 FUZZ_CHECK(length <= writer.max_payload);
                 FUZZ_CHECK(writer.tail <= writer.limit);

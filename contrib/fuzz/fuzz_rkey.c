@@ -43,8 +43,7 @@ int LLVMFuzzerInitialize(int *argc, char ***argv)
 
     component = fuzz_uct_component(0, md_name, sizeof(md_name));
     FUZZ_CHECK(component != NULL);
-    FUZZ_CHECK(uct_md_config_read(component, NULL, NULL, &md_config) ==
-               UCS_OK);
+    FUZZ_CHECK(uct_md_config_read(component, NULL, NULL, &md_config) == UCS_OK);
     FUZZ_CHECK(uct_md_open(component, md_name, md_config, &e.md) == UCS_OK);
     uct_config_release(md_config);
     FUZZ_CHECK(uct_md_query(e.md, &e.md_attr) == UCS_OK);
@@ -54,9 +53,8 @@ int LLVMFuzzerInitialize(int *argc, char ***argv)
     packed      = malloc(packed_size);
     fprintf(stderr, "DEBUG packed %zu\n", packed_size);
     FUZZ_CHECK(packed != NULL);
-    FUZZ_CHECK(uct_md_mem_reg(e.md, region + 1024, 4096,
-                              UCT_MD_MEM_ACCESS_ALL, &memh) ==
-               UCS_OK);
+    FUZZ_CHECK(uct_md_mem_reg(e.md, region + 1024, 4096, UCT_MD_MEM_ACCESS_ALL,
+                              &memh) == UCS_OK);
     FUZZ_CHECK(uct_md_mkey_pack(e.md, memh, packed) == UCS_OK);
     return 0;
 }
@@ -104,7 +102,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     end     = start + 4096;
     pid     = (mode & 0x80) ? (pid_t)fuzz_u32(&in) : getpid();
     address = (mode & 0x40) ? fuzz_u64(&in) :
-              start - 64 + fuzz_u16(&in) % (4096 + 128);
+                              start - 64 + fuzz_u16(&in) % (4096 + 128);
     length  = (mode & 0x20) ? fuzz_u64(&in) : fuzz_u16(&in) % (4096 + 64);
     status  = uct_remapring_rkey_check(bundle.rkey, pid, address, length);
     if ((mode % 3) == 2) {

@@ -30,8 +30,7 @@ uct_component_h fuzz_uct_component(unsigned index, char *md_name, size_t max)
                           UCT_COMPONENT_ATTR_FIELD_MD_RESOURCE_COUNT;
         if ((uct_component_query(components[i], &attr) != UCS_OK) ||
             (strcmp(attr.name, "remapring") != 0) ||
-            (attr.md_resource_count <= index) ||
-            (attr.md_resource_count > 8)) {
+            (attr.md_resource_count <= index) || (attr.md_resource_count > 8)) {
             continue;
         }
 
@@ -99,50 +98,47 @@ ucs_status_t fuzz_uct_open(uct_component_h component, const char *md_name,
     }
 
     memset(&params, 0, sizeof(params));
-    params.field_mask           = UCT_IFACE_PARAM_FIELD_OPEN_MODE |
-                                  UCT_IFACE_PARAM_FIELD_DEVICE |
-                                  UCT_IFACE_PARAM_FIELD_RX_HEADROOM;
+    params.field_mask = UCT_IFACE_PARAM_FIELD_OPEN_MODE |
+                        UCT_IFACE_PARAM_FIELD_DEVICE |
+                        UCT_IFACE_PARAM_FIELD_RX_HEADROOM;
     params.open_mode            = UCT_IFACE_OPEN_MODE_DEVICE;
     params.mode.device.tl_name  = "remapring";
     params.mode.device.dev_name = "memory";
     params.rx_headroom          = 16;
     if (err_handler != NULL) {
-        params.field_mask       |= UCT_IFACE_PARAM_FIELD_ERR_HANDLER |
-                                   UCT_IFACE_PARAM_FIELD_ERR_HANDLER_ARG |
-                                   UCT_IFACE_PARAM_FIELD_ERR_HANDLER_FLAGS;
+        params.field_mask |= UCT_IFACE_PARAM_FIELD_ERR_HANDLER |
+                             UCT_IFACE_PARAM_FIELD_ERR_HANDLER_ARG |
+                             UCT_IFACE_PARAM_FIELD_ERR_HANDLER_FLAGS;
         params.err_handler       = err_handler;
         params.err_handler_arg   = err_arg;
         params.err_handler_flags = 0;
     }
 
-    status = uct_iface_open(e->md, e->worker, &params, iface_config,
-                            &e->iface);
+    status = uct_iface_open(e->md, e->worker, &params, iface_config, &e->iface);
     uct_config_release(iface_config);
     if (status != UCS_OK) {
         goto err;
     }
 
     status = uct_iface_query(e->iface, &e->attr);
-    if ((status != UCS_OK) ||
-        (e->attr.device_addr_len > sizeof(e->dev_addr)) ||
+    if ((status != UCS_OK) || (e->attr.device_addr_len > sizeof(e->dev_addr)) ||
         (e->attr.iface_addr_len > sizeof(e->iface_addr))) {
         status = (status != UCS_OK) ? status : UCS_ERR_EXCEEDS_LIMIT;
         goto err;
     }
 
     status = uct_iface_get_device_address(e->iface,
-                                          (uct_device_addr_t*)e->dev_addr);
+                                          (uct_device_addr_t *)e->dev_addr);
     if (status != UCS_OK) {
         goto err;
     }
 
-    status = uct_iface_get_address(e->iface, (uct_iface_addr_t*)e->iface_addr);
+    status = uct_iface_get_address(e->iface, (uct_iface_addr_t *)e->iface_addr);
     if (status != UCS_OK) {
         goto err;
     }
 
-    uct_iface_progress_enable(e->iface,
-                              UCT_PROGRESS_SEND | UCT_PROGRESS_RECV);
+    uct_iface_progress_enable(e->iface, UCT_PROGRESS_SEND | UCT_PROGRESS_RECV);
     return UCS_OK;
 
 err:

@@ -20,13 +20,13 @@
 /** One memory domain, worker and remapring interface */
 typedef struct {
     ucs_async_context_t *async;
-    uct_worker_h        worker;
-    uct_md_h            md;
-    uct_md_attr_t       md_attr;
-    uct_iface_h         iface;
-    uct_iface_attr_t    attr;
-    uint8_t             dev_addr[64];
-    uint8_t             iface_addr[64];
+    uct_worker_h worker;
+    uct_md_h md;
+    uct_md_attr_t md_attr;
+    uct_iface_h iface;
+    uct_iface_attr_t attr;
+    uint8_t dev_addr[64];
+    uint8_t iface_addr[64];
 } fuzz_uct_t;
 
 /**
@@ -34,8 +34,7 @@ typedef struct {
  * remapring component and the name of its @a index-th memory domain;
  * aborts if there is none.
  */
-uct_component_h fuzz_uct_component(unsigned index, char *md_name,
-                                   size_t max);
+uct_component_h fuzz_uct_component(unsigned index, char *md_name, size_t max);
 
 /**
  * Open an interface on @a md_name with UCX_REMAPRING_<name>=<value>
