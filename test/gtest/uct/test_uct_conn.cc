@@ -8,7 +8,10 @@
  * A receiver makes rings in advance on FREE slots (offers) while senders
  * claim FREE slots: an offer that saw a slot FREE must not overwrite the
  * claim of a sender that took it since, or that sender finds its connection
- * released (UCS_ERR_CONNECTION_RESET) while the receiver lives on.
+ * released (UCS_ERR_CONNECTION_RESET) while the receiver lives on. Nor may
+ * the receiver's accept (READY) or failure (FAILED) overwrite a sender's
+ * close, and a doorbell bit left from a slot's previous sender must not
+ * make the receiver take a new claim before its sender filled it in.
  */
 
 #include "common/uct_fixture.h"
@@ -17,6 +20,8 @@ extern "C" {
 #include <uct/ib/remapring/remapring_conn.h>
 }
 
+#include <sys/mman.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 using namespace remapring_test;
@@ -191,6 +196,108 @@ TEST_F(test_uct_conn, offer_not_made)
     uct_remapring_remote_t *sender = claim(UCT_REMAPRING_WIRE_CMA);
     ASSERT_NE(nullptr, sender);
     EXPECT_EQ(0u, sender->index);
+}
+
+/* The receiver accepts (READY) or fails (FAILED) a claimed slot while its
+ * sender closes it: the close stands, and the slot is freed on the
+ * sender's doorbell instead of staying until the sender exits */
+TEST_F(test_uct_conn, close_during_accept_or_fail)
+{
+    for (auto to : {UCT_REMAPRING_CONN_READY, UCT_REMAPRING_CONN_FAILED}) {
+        uct_remapring_remote_t *sender = claim(UCT_REMAPRING_WIRE_CMA);
+        ASSERT_NE(nullptr, sender);
+        unsigned index = sender->index;
+
+        /* the sender closes between the receiver's look and its store */
+        uct_remapring_remote_detach(sender, &m_watch);
+        m_remotes.pop_back();
+        ASSERT_EQ(UCT_REMAPRING_CONN_CLOSED, state(index));
+        EXPECT_EQ(UCT_REMAPRING_CONN_CLOSED,
+                  uct_remapring_ctl_set_unless_closed(&m_area, index, to));
+        EXPECT_EQ(UCT_REMAPRING_CONN_CLOSED, state(index));
+        uct_remapring_ctl_release(&m_area, index);
+
+        /* without a close, the move happens */
+        sender = claim(UCT_REMAPRING_WIRE_CMA);
+        ASSERT_NE(nullptr, sender);
+        EXPECT_EQ(UCT_REMAPRING_CONN_CLAIMED,
+                  uct_remapring_ctl_set_unless_closed(&m_area, sender->index,
+                                                      to));
+        EXPECT_EQ(to, state(sender->index));
+        index = sender->index;
+        uct_remapring_remote_detach(sender, &m_watch);
+        m_remotes.pop_back();
+        uct_remapring_ctl_release(&m_area, index);
+    }
+}
+
+/* A receiving interface wakes for a doorbell bit of a slot that a sender
+ * has claimed but not filled in yet (the bit was rung for the slot's
+ * previous sender, which closed just before): it reads pid 0 and waits,
+ * and accepts the claim once the sender's pid is written and its own
+ * doorbell rings. Woken on the claim alone, it used to watch pid 0, find
+ * it gone and free the slot under the sender. */
+TEST_F(test_uct_conn, stale_doorbell_before_pid)
+{
+    entity *rx = create_entity();
+    ASSERT_NE(nullptr, rx);
+    auto *addr = (const uct_remapring_iface_addr_t*)rx->iface_addr.data();
+    struct stat st;
+    ASSERT_EQ(0, fstat(addr->ctl_fd, &st));
+    void *map = mmap(NULL, st.st_size, PROT_READ | PROT_WRITE, MAP_SHARED,
+                     addr->ctl_fd, 0);
+    ASSERT_NE(MAP_FAILED, map);
+    auto *ctl       = (uct_remapring_ctl_t*)map;
+    unsigned peers  = ctl->max_peers;
+    auto *conns     = uct_remapring_ctl_conns(ctl, peers);
+    unsigned index  = peers;
+    for (unsigned i = 0; i < peers; ++i) {
+        if (uct_remapring_conn_state(&conns[i]) == UCT_REMAPRING_CONN_FREE) {
+            index = i;
+            break;
+        }
+    }
+    ASSERT_LT(index, peers);
+    uct_remapring_conn_t *conn = &conns[index];
+    EXPECT_EQ(0, conn->sender_pid) << "a FREE slot names no sender";
+
+    auto ring_bell = [&]() {
+        __atomic_fetch_or(&ctl->active[index / 64], 1ull << (index % 64),
+                          __ATOMIC_RELEASE);
+        __atomic_fetch_or(&ctl->summary, 1ull << (index / 64),
+                          __ATOMIC_RELEASE);
+    };
+
+    /* claimed, the stale bit processed before the pid is written */
+    uint32_t free_state = UCT_REMAPRING_CONN_FREE;
+    ASSERT_TRUE(__atomic_compare_exchange_n(&conn->state, &free_state,
+                                            UCT_REMAPRING_CONN_CLAIMED, 0,
+                                            __ATOMIC_ACQ_REL,
+                                            __ATOMIC_RELAXED));
+    ring_bell();
+    for (int i = 0; i < 100; ++i) {
+        rx->progress();
+    }
+    EXPECT_EQ(UCT_REMAPRING_CONN_CLAIMED, uct_remapring_conn_state(conn));
+
+    /* the claim completes: id, wire, then the pid, then its doorbell */
+    conn->sender_id = 0x5741;
+    conn->wire      = UCT_REMAPRING_WIRE_CMA;
+    __atomic_store_n(&conn->sender_pid, getpid(), __ATOMIC_RELEASE);
+    ring_bell();
+    EXPECT_TRUE(wait_for([&]() {
+        return uct_remapring_conn_state(conn) == UCT_REMAPRING_CONN_READY;
+    })) << "state " << uct_remapring_conn_state(conn);
+
+    /* closed: the slot is freed, and names no sender again */
+    __atomic_store_n(&conn->state, UCT_REMAPRING_CONN_CLOSED,
+                     __ATOMIC_RELEASE);
+    ring_bell();
+    EXPECT_TRUE(wait_for([&]() {
+        return uct_remapring_conn_state(conn) != UCT_REMAPRING_CONN_CLOSED;
+    }));
+    EXPECT_EQ(0, conn->sender_pid);
+    munmap(map, st.st_size);
 }
 
 } // namespace

@@ -238,9 +238,30 @@ void uct_remapring_ctl_doorbells(uct_remapring_ctl_area_t *area,
     }
 }
 
+uct_remapring_conn_state_t
+uct_remapring_ctl_set_unless_closed(uct_remapring_ctl_area_t *area,
+                                    unsigned index,
+                                    uct_remapring_conn_state_t state)
+{
+    uint32_t *word = &area->conns[index].state;
+    uint32_t old   = __atomic_load_n(word, __ATOMIC_ACQUIRE);
+
+    /* release on success: a ring's words before READY */
+    while ((old != UCT_REMAPRING_CONN_CLOSED) &&
+           !__atomic_compare_exchange_n(word, &old, state, 0, __ATOMIC_ACQ_REL,
+                                        __ATOMIC_ACQUIRE)) {
+    }
+
+    return (uct_remapring_conn_state_t)old;
+}
+
 void uct_remapring_ctl_release(uct_remapring_ctl_area_t *area, unsigned index)
 {
-    area->conns[index].armed = 0;
+    /* a slot is FREE with no sender named: the next sender's pid, written
+     * last, tells its claim is complete */
+    area->conns[index].sender_pid = 0;
+    area->conns[index].sender_id  = 0;
+    area->conns[index].armed      = 0;
     uct_remapring_conn_set_state(&area->conns[index], UCT_REMAPRING_CONN_FREE);
 }
 
@@ -405,14 +426,15 @@ ucs_status_t uct_remapring_remote_claim(uct_remapring_remote_t *remote,
     }
 
 claimed:
-    remote->conn             = &conns[index];
-    remote->index            = index;
-    remote->conn->sender_pid = getpid();
-    remote->conn->sender_id  = sender_id;
-    remote->conn->wire       = wire;
-    /* the state word is already CLAIMED or READY: the receiver reads pid
-     * and wire after the doorbell, which the release below orders after
-     * them */
+    remote->conn            = &conns[index];
+    remote->index           = index;
+    remote->conn->sender_id = sender_id;
+    remote->conn->wire      = wire;
+    /* the pid last, with release: a receiver that reads it (acquire) reads
+     * id and wire too; one that woke for a stale doorbell bit before it was
+     * written reads 0 (the receiver clears it when it frees the slot), and
+     * waits for our doorbell below */
+    __atomic_store_n(&remote->conn->sender_pid, getpid(), __ATOMIC_RELEASE);
     __atomic_store_n(&remote->conn->armed, 1, __ATOMIC_RELEASE);
     uct_remapring_remote_ring_bell(remote);
     return UCS_OK;

@@ -31,13 +31,27 @@
  *                       at once; it fills in its pid, id and wire and rings
  *                       the doorbell, and the receiver adopts the ring
  *   FREE or OFFERED -> CLAIMED  sender, compare-and-swap, then it fills in
- *                       its pid, id and wire and rings the doorbell
+ *                       its id, wire and, last, its pid (release), and rings
+ *                       the doorbell. The receiver clears the pid when it
+ *                       frees a slot, and ignores a doorbell of a claimed
+ *                       or taken slot whose pid reads 0: that bit was rung
+ *                       for the slot's previous sender, and the claimant's
+ *                       own doorbell follows
  *   CLAIMED -> READY    receiver, once the ring is made (ring words valid)
  *   any     -> CLOSED   sender, when its last endpoint goes; the receiver
  *                       drains what was published, then frees the slot
  *   CLAIMED, READY -> FAILED  receiver: the sender was refused (no room,
  *                       gone) or its ring went bad; the sender fails
  *   CLOSED, FAILED -> FREE    receiver, once it let go of the ring
+ * The receiver moves a slot a sender may write (to READY, FAILED) by
+ * compare-and-swap, so that a sender's CLOSED is never overwritten.
+ * Once it accepted a sender, it holds it to the moves above: a slot of a
+ * live ring found in another state than READY, CLOSED or its own FAILED, or
+ * READY with another sender's pid or id, was written out of turn (by the
+ * sender itself, or by a new sender that claimed a slot the old one
+ * rewrote as FREE or OFFERED); the receiver fails the connection with one
+ * log line, and whoever holds the slot sees FAILED and fails too, instead
+ * of waiting for a ring that never comes.
  * A sender reads the state and the header's state (OPEN -> CLOSED when the
  * receiving interface closes, though its process may live on): anything but
  * READY or CLAIMED under an OPEN header is a failed connection.
@@ -69,7 +83,7 @@
 
 
 #define UCT_REMAPRING_CTL_MAGIC   0x6c74636972616d72ull /* "rmaric tl" */
-#define UCT_REMAPRING_CTL_VERSION 5
+#define UCT_REMAPRING_CTL_VERSION 6
 #define UCT_REMAPRING_MAX_PEERS   4096 /* largest MAX_PEERS */
 
 
@@ -404,6 +418,17 @@ static inline void uct_remapring_ctl_arm(uct_remapring_ctl_area_t *area,
     __atomic_store_n(&area->conns[index].armed, 1, __ATOMIC_RELAXED);
     __atomic_thread_fence(__ATOMIC_SEQ_CST);
 }
+
+
+/**
+ * Receiver: move connection @a index to @a state (READY or FAILED) unless
+ * its sender closed it meanwhile; a close is never overwritten, and its
+ * doorbell follows. Returns the state the slot had.
+ */
+uct_remapring_conn_state_t
+uct_remapring_ctl_set_unless_closed(uct_remapring_ctl_area_t *area,
+                                    unsigned index,
+                                    uct_remapring_conn_state_t state);
 
 
 /**

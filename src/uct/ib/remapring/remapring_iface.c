@@ -575,8 +575,10 @@ static void uct_remapring_rx_conn_fail(uct_remapring_iface_t *iface,
 
     rx_conn->failed = 1;
     uct_remapring_rx_set_idle(rx_conn);
-    uct_remapring_conn_set_state(&iface->rx.ctl.conns[index],
-                                 UCT_REMAPRING_CONN_FAILED);
+    /* a sender that closed meanwhile rings its doorbell: the slot is freed
+     * then */
+    uct_remapring_ctl_set_unless_closed(&iface->rx.ctl, index,
+                                        UCT_REMAPRING_CONN_FAILED);
 }
 
 /* The interface's watch saw the sender of a connection exit */
@@ -706,7 +708,8 @@ static void uct_remapring_rx_conn_adopt(uct_remapring_iface_t *iface,
     uct_remapring_rx_conn_t *rx_conn = &iface->rx.rx_conns[index];
     uct_remapring_conn_t *conn       = &iface->rx.ctl.conns[index];
 
-    rx_conn->offered = 0;
+    rx_conn->offered   = 0;
+    rx_conn->sender_id = conn->sender_id;
     --iface->rx.noffered;
     ++iface->rx.nconns;
     if (!uct_remapring_rx_conn_watch(iface, index)) {
@@ -736,6 +739,7 @@ static void uct_remapring_rx_conn_accept(uct_remapring_iface_t *iface,
         uct_remapring_rx_conn_reset(iface, rx_conn);
     }
 
+    rx_conn->sender_id = conn->sender_id;
     if (!uct_remapring_rx_conn_watch(iface, index)) {
         return;
     }
@@ -757,8 +761,95 @@ static void uct_remapring_rx_conn_accept(uct_remapring_iface_t *iface,
     ucs_debug("remapring: iface %p accepted pid %d on connection %u, ring"
               " view %p", iface, conn->sender_pid, index,
               rx_conn->ring->view);
-    uct_remapring_conn_set_state(conn, UCT_REMAPRING_CONN_READY);
+    /* a sender that closed meanwhile rings its doorbell: drained then */
+    uct_remapring_ctl_set_unless_closed(&iface->rx.ctl, index,
+                                        UCT_REMAPRING_CONN_READY);
     uct_remapring_rx_set_active(iface, rx_conn);
+}
+
+/* The doorbell of connection @a index rang, while it has no ring or an
+ * offered one: a sender may be claiming or taking it, or closing at once */
+static void uct_remapring_rx_conn_wake_free(uct_remapring_iface_t *iface,
+                                            unsigned index,
+                                            uct_remapring_conn_state_t state)
+{
+    uct_remapring_rx_conn_t *rx_conn = &iface->rx.rx_conns[index];
+
+    if ((state != UCT_REMAPRING_CONN_CLOSED || rx_conn->offered) &&
+        (__atomic_load_n(&iface->rx.ctl.conns[index].sender_pid,
+                         __ATOMIC_ACQUIRE) == 0)) {
+        return; /* not claimed yet, or claimed and not filled in yet */
+    }
+
+    switch (state) {
+    case UCT_REMAPRING_CONN_CLAIMED:
+        if (!rx_conn->failed) {
+            uct_remapring_rx_conn_accept(iface, index);
+        }
+        break;
+    case UCT_REMAPRING_CONN_READY:
+        if (rx_conn->offered) {
+            uct_remapring_rx_conn_adopt(iface, index);
+        }
+        break;
+    case UCT_REMAPRING_CONN_CLOSED:
+        if (rx_conn->offered) {
+            /* taken and closed at once: what was written still counts */
+            uct_remapring_rx_conn_adopt(iface, index);
+            if (rx_conn->ring != NULL) {
+                uct_remapring_rx_set_active(iface, rx_conn); /* drain */
+                break;
+            }
+        } else {
+            uct_remapring_rx_conn_free(iface, index);
+        }
+        break;
+    default:
+        break;
+    }
+}
+
+/* The doorbell of connection @a index rang, whose sender we accepted: only
+ * that sender moves the slot, to CLOSED (remapring_conn.h) */
+static void uct_remapring_rx_conn_wake_live(uct_remapring_iface_t *iface,
+                                            unsigned index,
+                                            uct_remapring_conn_state_t state)
+{
+    uct_remapring_rx_conn_t *rx_conn = &iface->rx.rx_conns[index];
+    uct_remapring_conn_t *conn       = &iface->rx.ctl.conns[index];
+
+    if (state == UCT_REMAPRING_CONN_CLOSED) {
+        if (rx_conn->failed) {
+            uct_remapring_rx_conn_free(iface, index);
+        } else {
+            uct_remapring_rx_set_active(iface, rx_conn); /* drain first */
+        }
+        return;
+    }
+
+    if ((state == UCT_REMAPRING_CONN_READY) && !rx_conn->failed &&
+        (conn->sender_pid == rx_conn->sender.pid) &&
+        (conn->sender_id == rx_conn->sender_id)) {
+        uct_remapring_rx_set_active(iface, rx_conn);
+        return;
+    }
+
+    if ((state == UCT_REMAPRING_CONN_FAILED) && rx_conn->failed) {
+        return;
+    }
+
+    /* written out of turn: whoever holds the slot now sees FAILED */
+    if (rx_conn->failed) {
+        uct_remapring_ctl_set_unless_closed(&iface->rx.ctl, index,
+                                            UCT_REMAPRING_CONN_FAILED);
+        return;
+    }
+
+    ucs_error("remapring: iface %p connection %u from pid %d failed: its"
+              " slot was rewritten out of turn (state %d, pid %d, id 0x%"
+              PRIx64 ")", iface, index, rx_conn->sender.pid, (int)state,
+              conn->sender_pid, conn->sender_id);
+    uct_remapring_rx_conn_fail(iface, index, NULL);
 }
 
 /* The doorbell of connection @a index rang */
@@ -766,34 +857,13 @@ static void uct_remapring_rx_conn_wake(void *arg, unsigned index)
 {
     uct_remapring_iface_t *iface     = arg;
     uct_remapring_rx_conn_t *rx_conn = &iface->rx.rx_conns[index];
+    uct_remapring_conn_state_t state = uct_remapring_conn_state(
+            &iface->rx.ctl.conns[index]);
 
-    switch (uct_remapring_conn_state(&iface->rx.ctl.conns[index])) {
-    case UCT_REMAPRING_CONN_CLAIMED:
-        if (((rx_conn->ring == NULL) || rx_conn->offered) &&
-            !rx_conn->failed) {
-            uct_remapring_rx_conn_accept(iface, index);
-        }
-        break;
-    case UCT_REMAPRING_CONN_READY:
-        if (rx_conn->offered) {
-            uct_remapring_rx_conn_adopt(iface, index);
-        } else if (rx_conn->ring != NULL) {
-            uct_remapring_rx_set_active(iface, rx_conn);
-        }
-        break;
-    case UCT_REMAPRING_CONN_CLOSED:
-        if (rx_conn->offered) {
-            /* taken and closed at once: what was written still counts */
-            uct_remapring_rx_conn_adopt(iface, index);
-        }
-        if ((rx_conn->ring != NULL) && !rx_conn->failed) {
-            uct_remapring_rx_set_active(iface, rx_conn); /* drain first */
-        } else {
-            uct_remapring_rx_conn_free(iface, index);
-        }
-        break;
-    default:
-        break;
+    if ((rx_conn->ring == NULL) || rx_conn->offered) {
+        uct_remapring_rx_conn_wake_free(iface, index, state);
+    } else {
+        uct_remapring_rx_conn_wake_live(iface, index, state);
     }
 
     uct_remapring_rx_offer(iface);

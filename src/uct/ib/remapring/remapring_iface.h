@@ -75,6 +75,7 @@ typedef struct uct_remapring_rx_conn {
     uct_remapring_iface_t *iface;
     uct_remapring_ring_t *ring;   /* NULL until the sender claimed it */
     uct_remapring_proc_t sender;  /* watched while the ring exists */
+    uint64_t             sender_id; /* of the sender it accepted */
     int                  failed;  /* FAILED by us: never drained */
     int                  offered; /* ring made in advance, no sender yet */
     int                  active;  /* on the iface's active list */
