@@ -374,6 +374,10 @@ uct_remapring_ring_create(uct_remapring_pool_t *pool,
     for (i = 0; i < 2 * ring->nslots; ++i) {
         ring->slots[i] = UCT_REMAPRING_POOL_BLOCK_NONE;
     }
+    /* the writer's mirror names no block of an earlier ring */
+    for (i = 0; i < ring->nslots; ++i) {
+        uct_remapring_ring_set_slot(ring, i, UCT_REMAPRING_POOL_BLOCK_NONE);
+    }
 
     ring->view = mmap(NULL, ring->window_size, PROT_NONE,
                       MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
