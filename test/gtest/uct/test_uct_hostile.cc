@@ -819,6 +819,17 @@ protected:
         }
     }
 
+    /* Close @a e, its endpoints and interface (each keeps a pool) */
+    void close_entity(entity *e)
+    {
+        for (auto it = m_entities.begin(); it != m_entities.end(); ++it) {
+            if (it->get() == e) {
+                m_entities.erase(it);
+                return;
+            }
+        }
+    }
+
     /* Close every sender (their endpoints, then their interfaces, whose
      * own pools count in uct_remapring_pool_total_used() too): the
      * receiver's pool must come back to @a before blocks in use */
@@ -1089,9 +1100,11 @@ TEST_F(test_uct_hostile_sender, state_rewritten)
                                                     " failed with an error")
                           << std::endl;
                 e->ep_destroy(ep);
+                close_entity(e);
             }
         }
         hostile->ep_destroy(hep);
+        close_entity(hostile);
         honest_traffic(10);
     }
 
