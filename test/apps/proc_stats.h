@@ -16,13 +16,13 @@
 #include <string.h>
 
 typedef struct {
-    long rss_kib;   /* VmRSS: resident */
-    long anon_kib;  /* RssAnon: of it, private anonymous memory */
+    long rss_kib; /* VmRSS: resident */
+    long anon_kib; /* RssAnon: of it, private anonymous memory */
     long shmem_kib; /* RssShmem: of it, shared memory (the memfds) */
-    long vmas;      /* all mappings (lines of /proc/self/maps) */
+    long vmas; /* all mappings (lines of /proc/self/maps) */
     long ring_vmas; /* of them, mappings of the transport's memfds */
-    long fds;       /* open file descriptors */
-    long blocks;    /* pool blocks in use; -1: the counter was not found */
+    long fds; /* open file descriptors */
+    long blocks; /* pool blocks in use; -1: the counter was not found */
 } proc_stats_t;
 
 /* Entries of a directory, less "." and ".." and the descriptor that reads
@@ -67,9 +67,9 @@ static inline long proc_stats_vmas(long *all_p)
     while (fgets(line, sizeof(line), f) != NULL) {
         /* a line longer than the buffer comes in pieces: count it once */
         all += bol;
-        n   += bol && (strstr(line, "memfd:remapring") != NULL);
-        len  = strlen(line);
-        bol  = (len > 0) && (line[len - 1] == '\n');
+        n += bol && (strstr(line, "memfd:remapring") != NULL);
+        len = strlen(line);
+        bol = (len > 0) && (line[len - 1] == '\n');
     }
     fclose(f);
     if (all_p != NULL) {
@@ -82,8 +82,8 @@ static inline long proc_stats_vmas(long *all_p)
  * is loaded (preloaded, or linked); NULL otherwise */
 static inline uint64_t (*proc_stats_pool_used_fn(void))(void)
 {
-    return (uint64_t (*)(void))dlsym(RTLD_DEFAULT,
-                                     "uct_remapring_pool_total_used");
+    return (uint64_t(*)(void))dlsym(RTLD_DEFAULT,
+                                    "uct_remapring_pool_total_used");
 }
 
 /* RSS and its anonymous and shared parts, in KiB (-1 where unknown) */
