@@ -32,7 +32,9 @@ usage: contrib/bench/soak.sh [--wire shm|cma] [options]
                (every sample: wire, side, t_s, rss_kib, anon_kib, shmem_kib,
                vmas, ring_vmas, fds, pool_blocks, messages, held,
                msgs_per_s), soak-WIRE.log (ucp_hold's output), soak-WIRE.txt
-               (the table and the verdict)
+               (the table and the verdict), smaps-WIRE-SIDE-warmup and
+               -end (/proc/PID/smaps of each side at the end of the warm-up
+               and 2 s before the end of the traffic)
   -h           this help
 
 The traffic: two processes (test/apps/ucp_hold, built here with cc), UCP
@@ -47,6 +49,8 @@ Each side samples (proc_stats.h): RSS (VmRSS; RssAnon and RssShmem in the
 CSV), VMAs (lines of /proc/self/maps, and of them the transport's memfd
 mappings), open fds, pool blocks in use (uct_remapring_pool_total_used()),
 messages done and held. The table shows both sides, a row every -e seconds.
+After the verdict, where each side's RSS moved between its two smaps
+snapshots: the mappings whose Rss changed most.
 
 Verdict, for each side: after the warm-up, the maximum of each series may
 exceed its value at the end of the warm-up (its last sample in it) by at
@@ -127,6 +131,30 @@ cc -O2 -g -Wall -o "$tmp/ucp_hold" "$top/test/apps/ucp_hold.c" \
     $(pkg-config --cflags --libs ucx) -lm -ldl
 
 log=$out/soak-$wire.log
+smaps=$out/smaps-$wire
+rm -f "$smaps"-*
+
+# Copies both sides' smaps when the receiver's samples reach the end of the
+# warm-up, and 2 s before the end of the traffic. $1: the pid of timeout,
+# whose child is the receiver, whose child is the sender.
+smaps_watch() {
+    local tpid=$1 phase=warmup at=$warmup t rpid spid
+    while kill -0 "$tpid" 2>/dev/null; do
+        t=$(tail -n 20 "$log" 2>/dev/null | awk '$1 == "sample" &&
+            $2 == "receiver" { t = $3 } END { print int(t) }')
+        if [ "$t" -ge "$at" ]; then
+            rpid=$(pgrep -P "$tpid" | head -1)
+            spid=${rpid:+$(pgrep -P "$rpid" | head -1)}
+            [ -n "$spid" ] || return 0
+            cp "/proc/$rpid/smaps" "$smaps-receiver-$phase" 2>/dev/null || :
+            cp "/proc/$spid/smaps" "$smaps-sender-$phase" 2>/dev/null || :
+            [ $phase = warmup ] || return 0
+            phase=end
+            at=$(( seconds - 2 ))
+        fi
+        sleep 0.5
+    done
+}
 echo "soak: ucp_hold for $seconds s on the $wire wire, at most $max_held" \
      "held, a sample every $interval ms, warm-up $warmup s; $log"
 start=$SECONDS
@@ -134,7 +162,12 @@ rc=0
 UCX_TLS=remapring,self UCX_REMAPRING_WIRE=$wire UCX_LOG_LEVEL=info \
     LD_PRELOAD=$module timeout $(( seconds + 300 )) "$tmp/ucp_hold" \
     -d "$seconds" -S "$interval" -H "$max_held" -D 1024 $hold_args \
-    > "$log" 2>&1 || rc=$?
+    > "$log" 2>&1 &
+tpid=$!
+smaps_watch "$tpid" &
+wpid=$!
+wait "$tpid" || rc=$?
+wait "$wpid" || :
 grep -v "^sample \|UCX  INFO\|UCX  DIAG" "$log" | sed 's/^/   /'
 echo "   ($(( SECONDS - start )) s)"
 
@@ -147,7 +180,7 @@ failed=
 src=0
 python3 "$here/soak_report.py" --csv "$out/soak-$wire.csv" --wire "$wire" \
     --warmup "$warmup" --every "$every" --max-held "$max_held" \
-    --ring-slots "$ring_slots" "$log" | tee "$out/soak-$wire.txt" ||
+    --ring-slots "$ring_slots" --smaps "$smaps" "$log" | tee "$out/soak-$wire.txt" ||
     src=${PIPESTATUS[0]}
 echo "series: $out/soak-$wire.csv"
 if [ -n "$failed" ]; then

@@ -24,6 +24,42 @@ FIELDS = ("rss_kib", "anon_kib", "shmem_kib", "vmas", "ring_vmas", "fds",
 SIDES = ("sender", "receiver")
 
 
+def read_smaps(path):
+    """The mappings of an smaps file: {(start, name): (line, Rss in KiB)}"""
+    maps = {}
+    cur = None
+    with open(path, errors="replace") as f:
+        for line in f:
+            parts = line.split(None, 5)
+            if len(parts) >= 5 and "-" in parts[0] and ":" not in parts[0]:
+                name = parts[5].strip() if len(parts) > 5 else "[anon]"
+                cur = (parts[0].split("-")[0], name)
+                maps[cur] = ["%s %s %s" % (parts[0], parts[1], name), 0]
+            elif line.startswith("Rss:") and cur is not None:
+                maps[cur][1] = int(line.split()[1])
+    return maps
+
+
+def print_smaps_growth(side, before_path, after_path, top=8):
+    """Where a process's RSS moved between two smaps snapshots"""
+    try:
+        before = read_smaps(before_path)
+        after = read_smaps(after_path)
+    except OSError:
+        return
+    moves = []
+    for key in set(before) | set(after):
+        b = before.get(key, [None, 0])
+        a = after.get(key, [None, 0])
+        if a[1] != b[1]:
+            moves.append((a[1] - b[1], a[0] or b[0] + " (gone)", b[1], a[1]))
+    total = sum(m[0] for m in moves)
+    print("  %s: RSS %+d KiB in all, %d mappings before, %d after" % (
+        side, total, len(before), len(after)))
+    for d, what, b, a in sorted(moves, key=lambda m: -abs(m[0]))[:top]:
+        print("    %+7d KiB  %6d -> %6d  %s" % (d, b, a, what))
+
+
 def read_samples(path):
     samples = {side: [] for side in SIDES}
     with open(path, errors="replace") as f:
@@ -184,6 +220,10 @@ def main():
                    help="ucp_hold -H")
     p.add_argument("--ring-slots", type=int, default=16,
                    help="UCX_REMAPRING_RING_SLOTS")
+    p.add_argument("--smaps", metavar="PREFIX",
+                   help="PREFIX-SIDE-warmup and PREFIX-SIDE-end: smaps of "
+                        "each side at the end of the warm-up and near the "
+                        "end; prints where RSS moved between them")
     args = p.parse_args()
 
     samples = read_samples(args.log)
@@ -194,7 +234,14 @@ def main():
         return 2
     print_table(samples, max(args.every, 1e-3))
     print()
-    return judge(args, samples)
+    rc = judge(args, samples)
+    if args.smaps:
+        print("where RSS moved from the end of the warm-up to the end "
+              "(/proc/PID/smaps, Rss of each mapping by start address):")
+        for side in SIDES:
+            print_smaps_growth(side, "%s-%s-warmup" % (args.smaps, side),
+                               "%s-%s-end" % (args.smaps, side))
+    return rc
 
 
 if __name__ == "__main__":

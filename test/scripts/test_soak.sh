@@ -6,7 +6,7 @@
 # verdict on made-up series (one flat, one where the receiver's RSS grows
 # by 3 MiB after the warm-up: it must say so and exit 1); then a 20 s soak
 # on the shm wire with a 5 s warm-up, which must print the series of both
-# sides and a verdict, write the CSV, and exit 0. The 10-minute soak is run
+# sides, a verdict and where RSS moved (smaps), write the CSV, and exit 0. The 10-minute soak is run
 # by hand (README, Performance).
 #
 . "$(dirname "$0")/common.sh"
@@ -60,6 +60,8 @@ echo "   ($((SECONDS - start)) s)"
 [ $rc -eq 0 ] || fail "soak.sh: exit status $rc"
 grep -q "^FLAT" "$tmp/log" || fail "no verdict"
 grep -q "^ *t (s) *RSS MiB" "$tmp/log" || fail "no table"
+grep -q "^  receiver: RSS [-+][0-9]* KiB in all" "$tmp/log" ||
+    fail "no smaps comparison"
 rows=$(grep -c "^ *1[05] " "$tmp/log")
 [ "$rows" -ge 2 ] || fail "the table has no rows at 10 s and 15 s"
 csv=$tmp/out/soak-shm.csv
