@@ -6,8 +6,8 @@
 # verdict on made-up series (one flat, one where the receiver's RSS grows
 # by 3 MiB after the warm-up: it must say so and exit 1); then a 20 s soak
 # on the shm wire with a 5 s warm-up, which must print the series of both
-# sides, a verdict and where RSS moved (smaps), write the CSV, and exit 0. The 10-minute soak is run
-# by hand (README, Performance).
+# sides, a verdict and where RSS moved (smaps), write the CSV, and exit 0.
+# The 10-minute soak is run by hand (README, Performance).
 #
 . "$(dirname "$0")/common.sh"
 
