@@ -62,6 +62,11 @@ most:
   fds          0
   pool blocks  -H + RING_SLOTS: each held message may keep a block out of
                its slot, and a ring's grant grows up to RING_SLOTS
+A process's receive ring is resident whole only once its traffic has gone
+round the window: on the cma wire, where both of its views count (the pool's
+and the ring's, 2 x RING_SLOTS x BLOCK_SIZE, 2 MiB by default), the
+sender's ring, which carries little, took about 3 minutes on a 2-core VM;
+a shorter warm-up sees its pages still coming in.
 Held messages and messages/s are shown, not judged. Exit status: 0 flat,
 1 not flat (which series grew, from what to what, at what time) or
 ucp_hold failed, 2 bad usage or not enough samples.
