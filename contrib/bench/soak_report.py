@@ -118,9 +118,10 @@ def print_table(samples, every):
         series = samples[side]
         for k, s in enumerate(series):
             last = k == len(series) - 1
-            slot = round(s["t"] / every)
+            # the first sample of each period of `every` seconds
+            slot = int(s["t"] // every)
             if k > 0 and not last and \
-               round(series[k - 1]["t"] / every) == slot:
+               int(series[k - 1]["t"] // every) == slot:
                 continue
             r = rate(prev, s) if prev is not None else 0.0
             prev = s
