@@ -13,7 +13,8 @@
  *
  * usage: ucp_hold [-n count] [-s seed] [-M max_size] [-m min_size]
  *                 [-p hold_percent] [-t hold_max_usec] [-H max_held]
- *                 [-T am|tag|both] [-D bytes] [-L port | -C host:port]
+ *                 [-T am|tag|both] [-D bytes] [-d seconds] [-S interval_ms]
+ *                 [-L port | -C host:port]
  *   -D  fail if an eager active message of more than this many bytes
  *       arrives without a data descriptor
  *       (the transport delivered it without UCT_CB_PARAM_FLAG_DESC)
@@ -22,8 +23,19 @@
  *       over it instead of the socketpair)
  *   -C  be the sender only, connecting to the receiver's host:port; both
  *       sides must be given the same options
+ *   -d  send for this many seconds instead of a count (-n, if given, is
+ *       then a limit); the sender tells the receiver how many it sent. The
+ *       receiver checks duplicates and losses in a window of SEEN_WINDOW
+ *       messages: one arriving that far after the first still missing is
+ *       an error
+ *   -S  every interval_ms, each side prints a line "sample SIDE T RSS_KIB
+ *       ANON_KIB SHMEM_KIB VMAS RING_VMAS FDS POOL_BLOCKS MESSAGES HELD"
+ *       (proc_stats.h; POOL_BLOCKS -1 without the module's counter, HELD -1
+ *       for the sender), from the start of the traffic, and one at its end
  */
 #define _GNU_SOURCE
+#include "proc_stats.h"
+
 #include <ucp/api/ucp.h>
 
 #include <errno.h>
@@ -42,6 +54,7 @@
 
 #define AM_ID       7
 #define SEND_WINDOW 16
+#define SEEN_WINDOW (1ul << 20) /* -d: messages whose arrival is tracked */
 
 typedef struct {
     uint64_t index;
@@ -79,11 +92,23 @@ static struct {
     int      use_am;
     int      use_tag;
     long     expect_desc; /* -1: no check */
-} opt = {100000, 1, 1 << 20, 0, 0.25, 2000, 1024, 1, 1, -1};
+    double   duration;    /* seconds; 0: send count messages */
+    double   sample_ms;   /* 0: no samples */
+} opt = {100000, 1, 1 << 20, 0, 0.25, 2000, 1024, 1, 1, -1, 0, 0};
+
+/* -S: the module's pool block counter, and when the next sample is due */
+static struct {
+    uint64_t (*pool_used)(void);
+    double   t0;
+    double   next;
+} sampler;
 
 static struct {
     ucp_worker_h worker;
+    /* seen[i % seen_window]: message i arrived; every message below
+     * seen_lo did. total: messages sent (-d: UINT64_MAX until told) */
     uint8_t      *seen;
+    uint64_t     seen_window, seen_lo, total;
     held_t       *held;
     size_t       nheld, cap_held;
     uint64_t     rng;
@@ -129,6 +154,53 @@ static double now_usec(void)
 
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return ts.tv_sec * 1e6 + ts.tv_nsec / 1e3;
+}
+
+/* -S: prints a sample if one is due (or if force) */
+static void sample(const char *side, uint64_t msgs, long held, int force)
+{
+    proc_stats_t s;
+    double       t;
+
+    if (!opt.sample_ms) {
+        return;
+    }
+    t = now_usec();
+    if (!force && (t < sampler.next)) {
+        return;
+    }
+    proc_stats_read(&s, sampler.pool_used);
+    printf("sample %s %.3f %ld %ld %ld %ld %ld %ld %ld %" PRIu64 " %ld\n",
+           side, (t - sampler.t0) / 1e6, s.rss_kib, s.anon_kib, s.shmem_kib,
+           s.vmas, s.ring_vmas, s.fds, s.blocks, msgs, held);
+    fflush(stdout);
+    while (sampler.next <= t) {
+        sampler.next += opt.sample_ms * 1e3;
+    }
+}
+
+/* -S: a buffer used in part by each message (a send or receive buffer,
+ * the window of arrived messages) is made resident whole at the start, so
+ * that its pages, touched as larger messages or later indices come, are
+ * not taken for growth. A zero is stored in each page through a volatile
+ * pointer: the compiler drops a memset() of memory it knows is zeroed
+ * (calloc), and turns malloc() and memset() into calloc() */
+static void touch(void *buf, size_t len)
+{
+    volatile char *p = buf;
+    size_t        off;
+
+    if (opt.sample_ms) {
+        for (off = 0; off < len; off += 4096) {
+            p[off] = 0;
+        }
+    }
+}
+
+static void sample_start(void)
+{
+    sampler.t0   = now_usec();
+    sampler.next = sampler.t0;
 }
 
 /* size of message i: log-uniform in [min_size, max_size], 0 included */
@@ -213,16 +285,28 @@ static int check(const void *buf, uint64_t i, size_t len, const char *when)
 
 static void mark_seen(uint64_t i, size_t len, int is_tag)
 {
-    if (i >= opt.count) {
+    if (i >= rx.total) {
         fprintf(stderr, "bad message index %" PRIu64 "\n", i);
         ++rx.errors;
         return;
     }
-    if (rx.seen[i]) {
+    if (i >= rx.seen_lo + rx.seen_window) {
+        fprintf(stderr, "message %" PRIu64 " arrived %" PRIu64 " messages "
+                "after message %" PRIu64 ", not arrived yet\n", i,
+                i - rx.seen_lo, rx.seen_lo);
+        ++rx.errors;
+        return;
+    }
+    if ((i < rx.seen_lo) || rx.seen[i % rx.seen_window]) {
         fprintf(stderr, "duplicate message %" PRIu64 "\n", i);
         ++rx.errors;
     }
-    rx.seen[i] = 1;
+    rx.seen[i % rx.seen_window] = 1;
+    /* -d: the slots below the first missing message are reused */
+    while ((rx.seen_window < rx.total) && (rx.seen_lo < rx.total) &&
+           rx.seen[rx.seen_lo % rx.seen_window]) {
+        rx.seen[rx.seen_lo++ % rx.seen_window] = 0;
+    }
     if (len != msg_size(i)) {
         fprintf(stderr, "message %" PRIu64 ": length %zu, expected %zu\n",
                 i, len, msg_size(i));
@@ -405,12 +489,29 @@ static void release_due(int force)
     }
 }
 
+/* the messages of each API among the first rx.total */
+static void count_expected(void)
+{
+    uint64_t i;
+
+    rx.am_expected = rx.tag_expected = 0;
+    for (i = 0; i < rx.total; ++i) {
+        if (msg_is_tag(i)) {
+            ++rx.tag_expected;
+        } else {
+            ++rx.am_expected;
+        }
+    }
+}
+
 static void tag_done(void *request, ucs_status_t status,
                      const ucp_tag_recv_info_t *info, void *user_data)
 {
     rx_req_t *r = user_data;
 
-    if (status != UCS_OK) {
+    if ((status == UCS_ERR_CANCELED) && (r->index >= rx.total)) {
+        /* -d: the receive for a message the sender did not send */
+    } else if (status != UCS_OK) {
         fprintf(stderr, "tag receive %" PRIu64 ": %s\n", r->index,
                 ucs_status_string(status));
         ++rx.errors;
@@ -436,6 +537,23 @@ static int xfer(int fd, void *buf, size_t len, int out)
         buf  = (char*)buf + n;
         len -= n;
     }
+    return 0;
+}
+
+/* -d: reads the number of messages sent, once the sender has written it;
+ * returns 0 when it has, -1 if not yet */
+static int total_told(int fd)
+{
+    uint64_t total;
+    char     c;
+
+    if (recv(fd, &c, 1, MSG_PEEK | MSG_DONTWAIT) != 1) {
+        return -1;
+    } else if (xfer(fd, &total, sizeof(total), 0)) {
+        exit(2);
+    }
+    rx.total = total;
+    count_expected();
     return 0;
 }
 
@@ -548,6 +666,7 @@ static int sender(int fd)
     size_t              len;
     int                 k;
     char                result;
+    double              deadline;
 
     setup(fd, &ctx, &worker, &ep);
     for (k = 0; k < SEND_WINDOW; ++k) {
@@ -555,10 +674,17 @@ static int sender(int fd)
         if (bufs[k] == NULL) {
             return 2;
         }
+        touch(bufs[k], opt.max_size);
     }
     oob_barrier(fd);
+    sample_start();
+    deadline = now_usec() + opt.duration * 1e6;
 
     for (i = 0; i < opt.count; ++i) {
+        if (opt.duration && (now_usec() >= deadline)) {
+            break;
+        }
+        sample("sender", i, -1, 0);
         k = i % SEND_WINDOW;
         wait_req(worker, reqs[k], "send");
         reqs[k] = NULL;
@@ -587,9 +713,14 @@ static int sender(int fd)
     }
     param.op_attr_mask = 0;
     wait_req(worker, ucp_worker_flush_nbx(worker, &param), "flush");
+    sample("sender", i, -1, 1);
     printf("sender: %" PRIu64 " messages (%" PRIu64 " tag), %" PRIu64
-           " bytes\n", opt.count, ntag, bytes);
+           " bytes\n", i, ntag, bytes);
     fflush(stdout);
+    /* -d: the receiver learns how many messages there were */
+    if (opt.duration && xfer(fd, &i, sizeof(i), 1)) {
+        return 2;
+    }
 
     /* keep progressing (rendezvous gets, credits) until the receiver is
      * done */
@@ -626,19 +757,24 @@ static int receiver(int fd)
     ucs_status_t              status;
 
     setup(fd, &ctx, &rx.worker, &ep);
-    rx.seen = calloc(opt.count, 1);
+    if (opt.duration) {
+        rx.total          = UINT64_MAX;
+        rx.seen_window    = SEEN_WINDOW;
+        rx.am_expected    = UINT64_MAX;
+        rx.tag_expected   = UINT64_MAX;
+    } else {
+        rx.total          = opt.count;
+        rx.seen_window    = opt.count;
+        count_expected();
+    }
+    rx.seen = calloc(rx.seen_window, 1);
     tbuf    = malloc(opt.max_size ? opt.max_size : 1);
     if (rx.seen == NULL || tbuf == NULL) {
         return 2;
     }
+    touch(tbuf, opt.max_size);
+    touch(rx.seen, rx.seen_window);
     rx.rng = splitmix64(opt.seed ^ 0x5eed);
-    for (i = 0; i < opt.count; ++i) {
-        if (msg_is_tag(i)) {
-            ++rx.tag_expected;
-        } else {
-            ++rx.am_expected;
-        }
-    }
 
     hparam.field_mask = UCP_AM_HANDLER_PARAM_FIELD_ID |
                         UCP_AM_HANDLER_PARAM_FIELD_CB |
@@ -654,12 +790,20 @@ static int receiver(int fd)
     }
     oob_barrier(fd);
     t0 = now_usec();
+    sample_start();
 
     while ((rx.am_msgs < rx.am_expected) || (rx.tag_msgs < rx.tag_expected) ||
            (sp != NULL)) {
+        /* -d: the sender says how many messages it sent when it is done;
+         * a receive posted for one it did not send is cancelled */
+        if ((rx.total == UINT64_MAX) && ((spins % 256) == 0) &&
+            (total_told(fd) == 0) && (sp != NULL) &&
+            (treq.index >= rx.total)) {
+            ucp_request_cancel(rx.worker, sp);
+        }
         /* one tag receive posted at a time, in index order */
         if ((sp == NULL) && (rx.tag_msgs < rx.tag_expected)) {
-            while ((next_tag < opt.count) && !msg_is_tag(next_tag)) {
+            while ((next_tag < rx.total) && !msg_is_tag(next_tag)) {
                 ++next_tag;
             }
             treq.index         = next_tag;
@@ -678,7 +822,10 @@ static int receiver(int fd)
             }
         }
         ucp_worker_progress(rx.worker);
-        if ((sp != NULL) && treq.done) {
+        if ((sp != NULL) && treq.done && (treq.index >= rx.total)) {
+            ucp_request_free(sp); /* cancelled */
+            sp = NULL;
+        } else if ((sp != NULL) && treq.done) {
             ucp_request_free(sp);
             sp = NULL;
             mark_seen(treq.index, treq.length, 1);
@@ -689,6 +836,7 @@ static int receiver(int fd)
         if ((spins % 64) == 0 || rx.nheld >= opt.max_held) {
             release_due(0);
         }
+        sample("receiver", rx.am_msgs + rx.tag_msgs, rx.nheld, 0);
         check_peer(&spins);
         if (rx.errors > 20) {
             break;
@@ -696,9 +844,14 @@ static int receiver(int fd)
     }
     release_due(1);
     t1 = now_usec();
+    sample("receiver", rx.am_msgs + rx.tag_msgs, rx.nheld, 1);
 
-    for (i = 0; i < opt.count; ++i) {
-        lost += !rx.seen[i];
+    for (i = rx.seen_lo; (i < rx.total) && (i < rx.seen_lo + rx.seen_window);
+         ++i) {
+        lost += !rx.seen[i % rx.seen_window];
+    }
+    if (rx.total == UINT64_MAX) {
+        lost = 0; /* stopped by errors before the sender was done */
     }
     if (lost && !rx.errors) {
         fprintf(stderr, "%" PRIu64 " messages lost\n", lost);
@@ -731,8 +884,8 @@ static void usage(const char *prog)
 {
     fprintf(stderr, "usage: %s [-n count] [-s seed] [-M max_size] "
             "[-m min_size] [-p hold_percent] [-t hold_max_usec] "
-            "[-H max_held] [-T am|tag|both] [-D bytes] "
-            "[-L port | -C host:port]\n", prog);
+            "[-H max_held] [-T am|tag|both] [-D bytes] [-d seconds] "
+            "[-S interval_ms] [-L port | -C host:port]\n", prog);
     exit(2);
 }
 
@@ -794,13 +947,18 @@ static int connect_to(char *hostport)
 
 int main(int argc, char **argv)
 {
-    int   sv[2], c, st, rc;
+    int   sv[2], c, st, rc, count_given = 0;
     char  *listen_port = NULL, *connect_addr = NULL;
     pid_t pid;
 
-    while ((c = getopt(argc, argv, "n:s:M:m:p:t:H:T:D:L:C:h")) != -1) {
+    while ((c = getopt(argc, argv, "n:s:M:m:p:t:H:T:D:d:S:L:C:h")) != -1) {
         switch (c) {
-        case 'n': opt.count       = strtoull(optarg, NULL, 0); break;
+        case 'n':
+            opt.count   = strtoull(optarg, NULL, 0);
+            count_given = 1;
+            break;
+        case 'd': opt.duration    = atof(optarg);              break;
+        case 'S': opt.sample_ms   = atof(optarg);              break;
         case 's': opt.seed        = strtoull(optarg, NULL, 0); break;
         case 'M': opt.max_size    = strtoull(optarg, NULL, 0); break;
         case 'm': opt.min_size    = strtoull(optarg, NULL, 0); break;
@@ -819,15 +977,30 @@ int main(int argc, char **argv)
         }
     }
     if ((opt.count == 0) || (opt.min_size > opt.max_size) ||
-        (opt.max_held == 0)) {
+        (opt.max_held == 0) || (opt.duration < 0) || (opt.sample_ms < 0)) {
         usage(argv[0]);
     }
-    printf("ucp_hold: %" PRIu64 " messages, %zu..%zu bytes log-uniform, "
+    if (opt.duration && !count_given) {
+        opt.count = UINT64_MAX;
+    }
+    if (opt.duration) {
+        printf("ucp_hold: messages for %.0f s", opt.duration);
+    } else {
+        printf("ucp_hold: %" PRIu64 " messages", opt.count);
+    }
+    printf(", %zu..%zu bytes log-uniform, "
            "seed %" PRIu64 ", hold %.0f%% up to %.0f usec (at most %zu), "
-           "%s\n", opt.count, opt.min_size, opt.max_size, opt.seed,
+           "%s\n", opt.min_size, opt.max_size, opt.seed,
            opt.hold_frac * 100, opt.hold_usec, opt.max_held,
            opt.use_am && opt.use_tag ? "am and tag" :
            opt.use_am ? "am" : "tag");
+    if (opt.sample_ms) {
+        sampler.pool_used = proc_stats_pool_used_fn();
+        printf("samples every %.0f ms: sample side t_s rss_kib anon_kib "
+               "shmem_kib vmas ring_vmas fds pool_blocks messages held%s\n",
+               opt.sample_ms, sampler.pool_used == NULL ?
+               " (no uct_remapring_pool_total_used(): pool_blocks -1)" : "");
+    }
     fflush(stdout);
 
     if ((listen_port != NULL) || (connect_addr != NULL)) {

@@ -37,10 +37,10 @@
  *   -n  trials (200), -k the kinds, taken in turn (all), -w 200, -e 1000
  */
 #define _GNU_SOURCE
+#include "proc_stats.h"
+
 #include <ucp/api/ucp.h>
 
-#include <dirent.h>
-#include <dlfcn.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <poll.h>
@@ -98,46 +98,13 @@ static double now_sec(void)
     return ts.tv_sec + ts.tv_nsec * 1e-9;
 }
 
-static long count_dir(const char *path)
-{
-    struct dirent *d;
-    long n = 0;
-    DIR *dir;
-
-    dir = opendir(path);
-    if (dir == NULL) {
-        return -1;
-    }
-    while ((d = readdir(dir)) != NULL) {
-        n += (d->d_name[0] != '.');
-    }
-    closedir(dir);
-    return n - 1; /* the directory's own descriptor */
-}
-
-/* The mappings of the transport's memfds (pools, ring views, control
- * areas: "memfd:remapring-..."); the rest of the process's mappings move
- * with malloc and UCX's memory pools, which keep what they grew to */
-static long count_vmas(void)
-{
-    FILE *f = fopen("/proc/self/maps", "r");
-    char line[512];
-    long n = 0;
-
-    if (f == NULL) {
-        return -1;
-    }
-    while (fgets(line, sizeof(line), f) != NULL) {
-        n += (strstr(line, "memfd:remapring") != NULL);
-    }
-    fclose(f);
-    return n;
-}
-
 static void take_counts(counts_t *c)
 {
-    c->fds    = count_dir("/proc/self/fd");
-    c->vmas   = count_vmas();
+    /* the transport's memfd mappings only: the rest of the process's
+     * mappings move with malloc and UCX's memory pools, which keep what
+     * they grew to */
+    c->fds    = proc_stats_fds();
+    c->vmas   = proc_stats_vmas(NULL);
     c->blocks = (g.pool_used != NULL) ? (long)g.pool_used() : -1;
 }
 
@@ -782,8 +749,7 @@ int main(int argc, char **argv)
             (unsigned long long)rnd_state, max_delay_ms, max_error_ms);
 
     signal(SIGPIPE, SIG_IGN);
-    g.pool_used = (uint64_t (*)(void))dlsym(RTLD_DEFAULT,
-                                            "uct_remapring_pool_total_used");
+    g.pool_used = proc_stats_pool_used_fn();
     if (g.pool_used == NULL) {
         fprintf(stderr, "ucp_kill: no uct_remapring_pool_total_used(): is"
                 " the remapring module preloaded?\n");

@@ -23,7 +23,7 @@ pkg-config --exists ucx || skip "pkg-config does not know ucx"
 
 note "build ucp_hold"
 cc -O2 -g -Wall -o "$tmp/ucp_hold" "$REMAPRING_SRCDIR/test/apps/ucp_hold.c" \
-    $(pkg-config --cflags --libs ucx) -lm || fail "build ucp_hold"
+    $(pkg-config --cflags --libs ucx) -lm -ldl || fail "build ucp_hold"
 
 count=${UCP_HOLD_COUNT:-100000}
 note "ucp_hold -n $count ${UCP_HOLD_ARGS:-}over remapring"

@@ -41,7 +41,7 @@ mkdir "$tmp/apps"
 for app in ucp_hold ucp_remap; do
     cc -O2 -g -Wall -o "$tmp/apps/$app" \
         "$REMAPRING_SRCDIR/test/apps/$app.c" \
-        $(pkg-config --cflags --libs ucx) -lm || fail "build $app"
+        $(pkg-config --cflags --libs ucx) -lm -ldl || fail "build $app"
 done
 apps=(-a "$tmp/apps:/payload/apps")
 # the ping-pong, built here against the host's MPIs, for the pairs

@@ -1,0 +1,116 @@
+/*
+ * Copyright (c) remapring contributors. See file LICENSE for terms.
+ *
+ * What a test program costs the system, read from /proc/self, and the
+ * transport's own count of receive pool blocks in use: shared by the
+ * programs that watch resources come back (ucp_kill) or stay flat
+ * (ucp_hold -S). Header only: each program is built from one source file.
+ */
+#ifndef REMAPRING_TEST_PROC_STATS_H
+#define REMAPRING_TEST_PROC_STATS_H
+
+#include <dirent.h>
+#include <dlfcn.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <string.h>
+
+typedef struct {
+    long rss_kib; /* VmRSS: resident */
+    long anon_kib; /* RssAnon: of it, private anonymous memory */
+    long shmem_kib; /* RssShmem: of it, shared memory (the memfds) */
+    long vmas; /* all mappings (lines of /proc/self/maps) */
+    long ring_vmas; /* of them, mappings of the transport's memfds */
+    long fds; /* open file descriptors */
+    long blocks; /* pool blocks in use; -1: the counter was not found */
+} proc_stats_t;
+
+/* Entries of a directory, less "." and ".." and the descriptor that reads
+ * it; -1 if it cannot be opened */
+static inline long proc_stats_count_dir(const char *path)
+{
+    struct dirent *d;
+    long n = 0;
+    DIR *dir;
+
+    dir = opendir(path);
+    if (dir == NULL) {
+        return -1;
+    }
+    while ((d = readdir(dir)) != NULL) {
+        n += (d->d_name[0] != '.');
+    }
+    closedir(dir);
+    return n - 1;
+}
+
+/* Open file descriptors of this process */
+static inline long proc_stats_fds(void)
+{
+    return proc_stats_count_dir("/proc/self/fd");
+}
+
+/* Mappings of this process, all of them in *all_p (if not NULL); returns
+ * those of the transport's memfds (pools, ring views, control areas:
+ * "memfd:remapring-..."), or -1 if /proc/self/maps cannot be read */
+static inline long proc_stats_vmas(long *all_p)
+{
+    FILE *f = fopen("/proc/self/maps", "r");
+    char line[512];
+    long n = 0, all = 0;
+    size_t len;
+    int bol = 1;
+
+    if (f == NULL) {
+        return -1;
+    }
+    while (fgets(line, sizeof(line), f) != NULL) {
+        /* a line longer than the buffer comes in pieces: count it once */
+        all += bol;
+        n += bol && (strstr(line, "memfd:remapring") != NULL);
+        len = strlen(line);
+        bol = (len > 0) && (line[len - 1] == '\n');
+    }
+    fclose(f);
+    if (all_p != NULL) {
+        *all_p = all;
+    }
+    return n;
+}
+
+/* The module's count of pool blocks in use, process-wide, if the module
+ * is loaded (preloaded, or linked); NULL otherwise */
+static inline uint64_t (*proc_stats_pool_used_fn(void))(void)
+{
+    return (uint64_t(*)(void))dlsym(RTLD_DEFAULT,
+                                    "uct_remapring_pool_total_used");
+}
+
+/* RSS and its anonymous and shared parts, in KiB (-1 where unknown) */
+static inline void proc_stats_rss(proc_stats_t *s)
+{
+    FILE *f = fopen("/proc/self/status", "r");
+    char line[256];
+
+    s->rss_kib = s->anon_kib = s->shmem_kib = -1;
+    if (f == NULL) {
+        return;
+    }
+    while (fgets(line, sizeof(line), f) != NULL) {
+        sscanf(line, "VmRSS: %ld", &s->rss_kib);
+        sscanf(line, "RssAnon: %ld", &s->anon_kib);
+        sscanf(line, "RssShmem: %ld", &s->shmem_kib);
+    }
+    fclose(f);
+}
+
+/* Everything above; pool_used from proc_stats_pool_used_fn() or NULL */
+static inline void proc_stats_read(proc_stats_t *s, uint64_t (*pool_used)(void))
+{
+    proc_stats_rss(s);
+    s->ring_vmas = proc_stats_vmas(&s->vmas);
+    s->fds       = proc_stats_fds();
+    s->blocks    = (pool_used != NULL) ? (long)pool_used() : -1;
+}
+
+#endif

@@ -1,0 +1,73 @@
+#!/bin/bash
+#
+# Copyright (c) remapring contributors. See file LICENSE for terms.
+#
+# contrib/bench/soak.sh, cheaply, so that it does not rot: its help; its
+# verdict on made-up series (one flat, one where the receiver's RSS grows
+# by 3 MiB after the warm-up: it must say so and exit 1); then a 20 s soak
+# on the shm wire with a 5 s warm-up, which must print the series of both
+# sides, a verdict and where RSS moved (smaps), write the CSV, and exit 0.
+# The 10-minute soak is run by hand (README, Performance).
+#
+. "$(dirname "$0")/common.sh"
+
+: "${REMAPRING_SRCDIR:=$(cd "$(dirname "$0")/../.." && pwd)}"
+soak=$REMAPRING_SRCDIR/contrib/bench/soak.sh
+report=$REMAPRING_SRCDIR/contrib/bench/soak_report.py
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+
+command -v cc >/dev/null || skip "no C compiler"
+command -v python3 >/dev/null || skip "no python3"
+pkg-config --exists ucx || skip "pkg-config does not know ucx"
+
+note "soak.sh -h"
+"$soak" -h > "$tmp/help" || fail "soak.sh -h: exit status $?"
+for w in --wire SOAK_SECONDS SOAK_WARMUP SOAK_MAX_HELD RSS VMAs fds \
+         "pool blocks" csv; do
+    grep -q -- "$w" "$tmp/help" || fail "soak.sh -h says nothing of $w"
+done
+
+note "the verdict on made-up series"
+# sample SIDE T RSS ANON SHMEM VMAS RING_VMAS FDS BLOCKS MESSAGES HELD
+for t in $(seq 0 20); do
+    rss=10000
+    [ "$t" -gt 15 ] && rss=13072
+    echo "sample sender $t 20000 1000 100 150 4 20 6 $((t * 100)) -1"
+    echo "sample receiver $t $rss 1000 100 130 4 18 8 $((t * 100)) 2"
+done > "$tmp/flat.log"
+sed 's/^\(sample receiver [0-9]* \)13072/\110000/' "$tmp/flat.log" \
+    > "$tmp/flat2.log"
+rc=0
+python3 "$report" --csv "$tmp/v.csv" --warmup 5 --max-held 64 \
+    "$tmp/flat2.log" > "$tmp/v.out" || rc=$?
+[ $rc -eq 0 ] && grep -q "^FLAT" "$tmp/v.out" ||
+    { cat "$tmp/v.out"; fail "flat series: exit status $rc"; }
+rc=0
+python3 "$report" --csv "$tmp/v.csv" --warmup 5 --max-held 64 \
+    "$tmp/flat.log" > "$tmp/v.out" || rc=$?
+grep "NOT FLAT" "$tmp/v.out" | sed 's/^/   /'
+[ $rc -eq 1 ] && grep -q "^NOT FLAT: receiver RSS: 10000 .* 13072 at 16 s" \
+    "$tmp/v.out" || { cat "$tmp/v.out"; fail "growing RSS: exit status $rc"; }
+
+note "soak.sh -t 20 -W 5 on the shm wire"
+start=$SECONDS
+rc=0
+"$soak" --wire shm -t 20 -W 5 -e 5 -m "$REMAPRING_MODULE" -o "$tmp/out" \
+    > "$tmp/log" 2>&1 || rc=$?
+sed 's/^/   /' "$tmp/log"
+echo "   ($((SECONDS - start)) s)"
+[ $rc -eq 0 ] || fail "soak.sh: exit status $rc"
+grep -q "^FLAT" "$tmp/log" || fail "no verdict"
+grep -q "^ *t (s) *RSS MiB" "$tmp/log" || fail "no table"
+grep -q "^  receiver: RSS [-+][0-9]* KiB in all" "$tmp/log" ||
+    fail "no smaps comparison"
+rows=$(grep -c "^ *1[05] " "$tmp/log")
+[ "$rows" -ge 2 ] || fail "the table has no rows at 10 s and 15 s"
+csv=$tmp/out/soak-shm.csv
+head -1 "$csv" | grep -q "^wire,side,t_s,rss_kib" || fail "CSV header"
+for side in sender receiver; do
+    n=$(grep -c "^shm,$side," "$csv")
+    [ "$n" -ge 15 ] || fail "$n samples of the $side in the CSV"
+done
+echo "PASS"
