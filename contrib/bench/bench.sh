@@ -18,7 +18,7 @@ usage: contrib/bench/bench.sh [--full] [options]
                8 B, 4 KiB, 64 KiB, 1 MiB, 2 runs, fewer iterations; the
                storm at 256 B, 4 KiB, 16 KiB, 16 MiB held
   --full       sizes 8 B, 64 B, 1 KiB, 4 KiB, 64 KiB, 1 MiB, 4 MiB, 3 runs,
-               the default iterations; the storm at 64 B to 64 KiB (x4),
+               the default iterations; the storm at 64 B to 64 KiB,
                32 MiB held (some fifteen minutes)
   -o DIR       where the results go (default BUILD_DIR/bench, BUILD_DIR
                being build/ of the source tree): raw.csv (every run),
