@@ -16,7 +16,7 @@ usage() {
 usage: contrib/bench/storm.sh [options]
   -s LIST      message sizes in bytes (default 64,256,1024,4096,16384,65536)
   -P BYTES     payload held in one storm, the same at every size: each
-               size S sends N = BYTES / S messages (default 32m: 524288 x
+               size S sends N = BYTES / S messages (default 16m: 262144 x
                64 B ... 512 x 64 KiB); k, m, g suffixes
   -r N         runs; each figure is the median of the runs (default 3). In
                each run every size goes through every transport in turn
@@ -67,7 +67,7 @@ top=$(cd "$here/../.." && pwd)
 build=${BUILD_DIR:-$top/build}
 
 sizes=64,256,1024,4096,16384,65536
-payload=32m
+payload=16m
 reps=3
 wires=shm
 module=${REMAPRING_MODULE:-}
