@@ -32,7 +32,7 @@ usage: contrib/bench/storm.sh [options]
                raw CSV (bench,size,metric,transport,run,value), for
                bench.sh's table
   -t SEC       a storm or its drain that takes longer fails the run
-               (default 120)
+               (default 120); a run is killed after 3 x SEC in all
   -h           this help
 
 Transports, two processes on this host (ucp_storm forks), in turn:
@@ -142,12 +142,12 @@ run_one() {
     if [[ $tr == remapring-* ]]; then
         LD_PRELOAD=$module UCX_TLS=remapring,self \
             UCX_REMAPRING_WIRE=${tr#remapring-} \
-            "$tmp/ucp_storm" -n "$n" -s "$s" -t "$timeout" > "$o" 2>&1 ||
-            rc=$?
+            timeout $((3 * timeout)) "$tmp/ucp_storm" -n "$n" -s "$s" \
+            -t "$timeout" > "$o" 2>&1 || rc=$?
     else
         LD_PRELOAD= UCX_TLS=posix,cma,self \
-            "$tmp/ucp_storm" -n "$n" -s "$s" -t "$timeout" > "$o" 2>&1 ||
-            rc=$?
+            timeout $((3 * timeout)) "$tmp/ucp_storm" -n "$n" -s "$s" \
+            -t "$timeout" > "$o" 2>&1 || rc=$?
     fi
     if [ $rc -ne 0 ] || ! grep -q "^storm-result:" "$o"; then
         echo "storm: $tr, $s B x $n, run $r failed (status $rc):" >&2

@@ -199,6 +199,29 @@ static void oob_barrier(void)
     }
 }
 
+/* A barrier that keeps progressing the worker while it waits: what the
+ * other side waits for may be this side's pending sends (a rendezvous
+ * acknowledgement queued behind a full FIFO) */
+static void oob_barrier_progress(ucp_worker_h worker)
+{
+    char    c = 0;
+    ssize_t n;
+
+    if (xfer(oob_fd, &c, 1, 1)) {
+        exit(2);
+    }
+    for (;;) {
+        n = recv(oob_fd, &c, 1, MSG_DONTWAIT);
+        if (n == 1) {
+            return;
+        } else if (n == 0 || (n < 0 && errno != EAGAIN && errno != EINTR)) {
+            fprintf(stderr, "ucp_storm: the other process exited\n");
+            exit(3);
+        }
+        ucp_worker_progress(worker);
+    }
+}
+
 /* whether the other process has exited, so that a crash on one side fails
  * the run instead of hanging the other */
 static int peer_gone(void)
@@ -409,11 +432,11 @@ static void teardown(ucp_context_h ctx, ucp_worker_h worker, ucp_ep_h ep)
 {
     ucp_request_param_t param = {0};
 
-    oob_barrier();
+    oob_barrier_progress(worker);
     param.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
     param.flags        = 0;
     progress_until(worker, ucp_ep_close_nbx(ep, &param), "ucp_ep_close_nbx");
-    oob_barrier();
+    oob_barrier_progress(worker);
     ucp_worker_destroy(worker);
     ucp_cleanup(ctx);
 }
