@@ -14,12 +14,13 @@ set -euo pipefail
 usage() {
     cat <<EOF
 usage: contrib/bench/bench.sh [--full] [options]
-  (no option)  the short run, about two minutes on a 2-core machine: sizes
+  (no option)  the short run, about three minutes on a 2-core machine: sizes
                8 B, 4 KiB, 64 KiB, 1 MiB, 2 runs, fewer iterations; the
                storm at 256 B, 4 KiB, 16 KiB, 16 MiB held
   --full       sizes 8 B, 64 B, 1 KiB, 4 KiB, 64 KiB, 1 MiB, 4 MiB, 3 runs,
                the default iterations; the storm at 64 B to 64 KiB,
-               32 MiB held (some fifteen minutes)
+               32 MiB held (some twenty minutes, the storm's 64 B runs
+               the longest part: 524288 messages each)
   -o DIR       where the results go (default BUILD_DIR/bench, BUILD_DIR
                being build/ of the source tree): raw.csv (every run),
                bench.csv (medians and ratios), latency.png, bandwidth.png,
