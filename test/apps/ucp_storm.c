@@ -41,10 +41,14 @@
  * (sizes in bytes, times in microseconds); exits non-zero on a wrong byte,
  * a lost message, or if the storm does not arrive within -t seconds.
  *
- * usage: ucp_storm [-n count] [-s size] [-w warmup] [-t timeout_sec] [-v]
+ * usage: ucp_storm [-n count] [-s size] [-w warmup] [-t timeout_sec]
+ *                  [-i sample_usec] [-v]
  *   -n  messages in the storm (4096), -s their size in bytes (4096),
  *   -w  messages of the same size sent and received both ways before the
- *       first sample (64), -v print the sender's endpoint configuration
+ *       first sample (64), -t the storm and the drain must each end within
+ *       this time (120 s), -i the memory is sampled this often while the
+ *       storm arrives (1000 usec; 0: only before and once it is there),
+ *   -v  print the sender's endpoint configuration
  */
 #define _GNU_SOURCE
 #include <ucp/api/ucp.h>
@@ -869,7 +873,7 @@ static int receiver(void)
 static void usage(const char *prog)
 {
     fprintf(stderr, "usage: %s [-n count] [-s size] [-w warmup] "
-            "[-t timeout_sec] [-v]\n", prog);
+            "[-t timeout_sec] [-i sample_usec] [-v]\n", prog);
     exit(2);
 }
 
