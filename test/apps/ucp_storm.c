@@ -33,9 +33,11 @@
  *
  * The protocol: the sender's endpoint configuration (ucp_ep_print_info(),
  * its "tag_send" line: 0..<egr/short>..A..<egr/bcopy>..B..<rndv>..(inf))
- * gives the protocol UCP takes for S bytes and the thresholds in effect;
- * and the receives that completed as they were posted, with no progress,
- * are counted (all of them for eager messages, none for rendezvous).
+ * gives the protocol UCP takes for S bytes and the thresholds in effect.
+ * The receives that completed as they were posted, with no progress, are
+ * counted: all of them for eager messages (they were all there), and for
+ * rendezvous those whose transport completed the get inside the call
+ * (remapring's get_zcopy does).
  *
  * Prints "storm:" lines and one "storm-result:" line of key=value pairs
  * (sizes in bytes, times in microseconds); exits non-zero on a wrong byte,
