@@ -3,20 +3,24 @@
 # Copyright (c) remapring contributors. See file LICENSE for terms.
 #
 # One benchmark command: ucx_perftest (UCT and UCP, through
-# perftest_compare.sh), MPI under Open MPI and MPICH (test/apps/mpi_bench.c)
-# and mpi4py, each over remapring (every wire) and over posix(+cma); one
-# table with the ratios, a CSV and PNG plots (bench_report.py). A benchmark,
-# not a test: it prints figures and asserts nothing.
+# perftest_compare.sh), MPI under Open MPI and MPICH (test/apps/mpi_bench.c),
+# mpi4py and the UCP unexpected-message storm (storm.sh), each over
+# remapring (every wire) and over posix(+cma); one table with the ratios, a
+# CSV and PNG plots (bench_report.py). A benchmark, not a test: it prints
+# figures and asserts nothing.
 #
 set -euo pipefail
 
 usage() {
     cat <<EOF
 usage: contrib/bench/bench.sh [--full] [options]
-  (no option)  the short run, about two minutes on a 2-core machine: sizes
-               8 B, 4 KiB, 64 KiB, 1 MiB, 2 runs, fewer iterations
+  (no option)  the short run, about three minutes on a 2-core machine: sizes
+               8 B, 4 KiB, 64 KiB, 1 MiB, 2 runs, fewer iterations; the
+               storm at 256 B, 4 KiB, 16 KiB, 16 MiB held
   --full       sizes 8 B, 64 B, 1 KiB, 4 KiB, 64 KiB, 1 MiB, 4 MiB, 3 runs,
-               the default iterations (some ten minutes)
+               the default iterations; the storm at 64 B to 64 KiB,
+               32 MiB held (some twenty minutes, the storm's 64 B runs
+               the longest part: 524288 messages each)
   -o DIR       where the results go (default BUILD_DIR/bench, BUILD_DIR
                being build/ of the source tree): raw.csv (every run),
                bench.csv (medians and ratios), latency.png, bandwidth.png,
@@ -29,8 +33,10 @@ usage: contrib/bench/bench.sh [--full] [options]
   -r N         runs; each figure is the median of the runs
   -n N, -N N   iterations below 64 KiB / from 64 KiB on (ucx_perftest; MPI
                takes half of them)
-  -p LIST      parts (default perftest,mpi,mpi4py)
+  -p LIST      parts (default perftest,mpi,mpi4py,storm)
   -t LIST      ucx_perftest tests (perftest_compare.sh -t; default all)
+  -S LIST      storm message sizes in bytes (storm.sh -s)
+  -P BYTES     storm payload held at each size (storm.sh -P; k, m, g)
   -h           this help
 
 Transports, two processes on this host each time, in turn in each run:
@@ -51,11 +57,19 @@ Parts:
   mpi4py    python3 -m mpi4py.bench ringtest between two ranks (a ping-pong;
             Debian 12's mpi4py 3.1.4 has no pingpong command) under Open
             MPI, one-way latency; 8 B in the short run
+  storm     contrib/bench/storm.sh (test/apps/ucp_storm.c): N tag messages
+            of S bytes sent before any receive is posted, UCP keeping them
+            all; rows "UCP storm held RSS" (the receiver's RssAnon + RssFile
+            + RssShmem, peak - before, per payload byte), "UCP storm held
+            pool" (remapring: what its pool memfd holds, per payload byte)
+            and "UCP storm drain" (MB/s from the first receive posted to
+            the last complete); storm.txt and storm.csv have every column
 An MPI that is missing or not built with UCX is left out, with the reason.
 Metrics: lat = one-way latency (usec), bw = bandwidth (MB/s, 2^20 bytes),
-rate = messages/s. Ratios are remapring / posix+cma: for lat below 1 means
-remapring is faster, for bw and rate above 1 ("+" in the table). Run it
-alone on the machine (e.g. under flock -x): the processes busy-poll.
+rate = messages/s, held = bytes held per payload byte. Ratios are
+remapring / posix+cma: for lat and held below 1 means remapring is ahead,
+for bw and rate above 1 ("+" in the table). Run it alone on the machine
+(e.g. under flock -x): the processes busy-poll.
 EOF
 }
 
@@ -68,8 +82,9 @@ out=
 module=${REMAPRING_MODULE:-}
 wires=shm,cma
 sizes= reps= small= large=
-parts=perftest,mpi,mpi4py
+parts=perftest,mpi,mpi4py,storm
 tests=
+storm_sizes= storm_payload=
 while [ $# -gt 0 ]; do
     case $1 in
     --full) full=yes ;;
@@ -82,6 +97,8 @@ while [ $# -gt 0 ]; do
     -N) large=$2; shift ;;
     -p) parts=$2; shift ;;
     -t) tests=$2; shift ;;
+    -S) storm_sizes=$2; shift ;;
+    -P) storm_payload=$2; shift ;;
     -h|--help) usage; exit 0 ;;
     *) usage >&2; exit 2 ;;
     esac
@@ -90,18 +107,21 @@ done
 if [ $full = yes ]; then
     : "${sizes:=8,64,1024,4096,65536,1048576,4194304}" "${reps:=3}"
     : "${small:=20000}" "${large:=400}"
+    : "${storm_sizes:=64,256,1024,4096,16384,65536}" "${storm_payload:=32m}"
     py_sizes=8,65536,1048576
 else
     : "${sizes:=8,4096,65536,1048576}" "${reps:=2}"
     : "${small:=5000}" "${large:=100}"
+    : "${storm_sizes:=256,4096,16384}" "${storm_payload:=16m}"
     py_sizes=8
 fi
 for n in "$small" "$large" "$reps"; do
     [[ $n =~ ^[1-9][0-9]*$ ]] ||
         { echo "-n, -N, -r: a positive number, not '$n'" >&2; exit 2; }
 done
-[[ ,$parts, =~ ^(,(perftest|mpi|mpi4py))+,$ ]] ||
-    { echo "-p: perftest, mpi and/or mpi4py, not '$parts'" >&2; exit 2; }
+[[ ,$parts, =~ ^(,(perftest|mpi|mpi4py|storm))+,$ ]] ||
+    { echo "-p: perftest, mpi, mpi4py and/or storm, not '$parts'" >&2
+      exit 2; }
 
 if [ -z "$module" ]; then
     "$top/contrib/build.sh"
@@ -259,6 +279,17 @@ if [[ ,$parts, == *,mpi4py,* ]]; then
     fi
 fi
 
+# --- the unexpected-message storm ----------------------------------------------
+missing=()
+if [[ ,$parts, == *,storm,* ]]; then
+    progress "UCP storm, $reps runs over ${transports[*]}"
+    "$here/storm.sh" -m "$module" -s "$storm_sizes" -P "$storm_payload" \
+        -r "$reps" -w "$wires" -o "$out" -R "$raw" > /dev/null ||
+        skipped+=("UCP storm: a run failed (storm.sh's messages above)")
+else
+    missing+=(--missing "UCP unexpected storm:left out of this run (-p)")
+fi
+
 # --- the table, the CSV, the plots ---------------------------------------------
 elapsed=$((SECONDS - start))
 mode=$([ $full = yes ] && echo "--full" || echo "short run")
@@ -267,8 +298,7 @@ machine+=" Linux $(uname -r), UCX $(ucx_info -v | sed -n 's/^# Version //p')"
 {
     /usr/bin/python3 "$here/bench_report.py" "$raw" --csv "$out/bench.csv" \
         --plots "$out" --summary "$out/summary.png" \
-        --title "$machine; $mode" \
-        --missing "MPI unexpected-storm memory held:no such benchmark in the tree yet"
+        --title "$machine; $mode" ${missing[@]+"${missing[@]}"}
     for s in ${skipped[@]+"${skipped[@]}"}; do
         echo "left out: $s"
     done
@@ -276,5 +306,8 @@ machine+=" Linux $(uname -r), UCX $(ucx_info -v | sed -n 's/^# Version //p')"
     echo "$machine"
     echo "$mode: sizes $sizes, median of $reps runs, iterations $small" \
          "(< 64 KiB) / $large; $elapsed s"
+    [[ ,$parts, != *,storm,* ]] ||
+        echo "storm: sizes $storm_sizes, $storm_payload held at each," \
+             "the table in $out/storm.txt"
 } | tee "$out/bench.txt"
-echo "results in $out (raw.csv, bench.csv, *.png)"
+echo "results in $out (raw.csv, bench.csv, *.png, storm.txt, storm.csv)"

@@ -9,8 +9,9 @@ Input: a CSV with the header bench,size,metric,transport,run,value, one row
 per figure of one run ("fail" for a run that gave none). Each cell of the
 table is the median of the runs of one transport; each ratio divides a
 remapring figure by the baseline's (posix+cma). Metrics: lat (usec, one
-way), bw (MB/s, 2^20 bytes), rate (messages/s). For lat a ratio below 1
-means remapring is faster, for bw and rate above 1.
+way), bw (MB/s, 2^20 bytes), rate (messages/s), held (bytes of memory held
+per payload byte, contrib/bench/storm.sh). For lat and held a ratio below 1
+means remapring is ahead (faster, holds less), for bw and rate above 1.
 """
 import argparse
 import csv
@@ -19,8 +20,10 @@ import statistics
 import sys
 
 BASELINE = "posix+cma"
-METRIC_ORDER = {"lat": 0, "bw": 1, "rate": 2}
-UNITS = {"lat": "usec", "bw": "MB/s", "rate": "msg/s"}
+METRIC_ORDER = {"lat": 0, "bw": 1, "rate": 2, "held": 3}
+UNITS = {"lat": "usec", "bw": "MB/s", "rate": "msg/s", "held": "B/B"}
+# metrics where less is better
+LOWER_BETTER = ("lat", "held")
 
 
 def human_size(n):
@@ -33,6 +36,8 @@ def human_size(n):
 def fmt_value(metric, v):
     if v is None:
         return "fail"
+    if metric == "held":
+        return "%.2f" % v
     if metric == "rate":
         return "%.2fM" % (v / 1e6) if v >= 1e6 else "%.0fk" % (v / 1e3)
     if metric == "lat" or v < 100:
@@ -102,11 +107,11 @@ def print_table(med, order, transports, missing, out=sys.stdout):
                 if r is None:
                     cells.append("-")
                 else:
-                    ahead = r < 1 if metric == "lat" else r > 1
+                    ahead = r < 1 if metric in LOWER_BETTER else r > 1
                     cells.append("%.2f%s" % (r, "+" if ahead else "-"))
         rows.append(cells)
     for name, reason in missing:
-        rows.append([name, "", ""] + ["not measured yet"] +
+        rows.append([name, "", ""] + ["not measured"] +
                     [""] * (len(head) - 4))
     widths = [max(len(str(r[i])) for r in [head] + rows)
               for i in range(len(head))]
@@ -123,15 +128,16 @@ def print_table(med, order, transports, missing, out=sys.stdout):
     print(line(head), file=out)
     print(line(["-" * w for w in widths]), file=out)
     for r in rows:
-        if r[3] == "not measured yet":
-            print("%s  not measured yet (%s)" %
+        if r[3] == "not measured":
+            print("%s  not measured (%s)" %
                   (r[0].ljust(widths[0] + widths[1] + widths[2] + 4),
                    dict(missing)[r[0]]), file=out)
         else:
             print(line(r), file=out)
     if have_base:
-        print("ratios: remapring / %s; '+' remapring ahead (lat below 1, bw "
-              "and rate above 1), '-' behind" % BASELINE, file=out)
+        print("ratios: remapring / %s; '+' remapring ahead (lat and held "
+              "below 1, bw and rate above 1), '-' behind" % BASELINE,
+              file=out)
 
 
 def write_csv(path, med, order, transports, runs):
