@@ -10,12 +10,17 @@
  * - a forked sender killed with SIGKILL: its receiver (MAX_PEERS=1) frees
  *   the connection, so a new sender connects; messages it held from the dead
  *   sender stay intact until released. The same after an ordinary
- *   uct_ep_destroy();
+ *   uct_ep_destroy(), and after a sender that closed right after writing a
+ *   bad record;
  * - without pidfd_open (Linux before 5.3, seccomp, valgrind) the receiver
  *   still accepts senders and notices when they exit.
  */
 
 #include "common/uct_fixture.h"
+
+extern "C" {
+#include <uct/ib/remapring/remapring_conn.h>
+}
 
 #include <cstring>
 
@@ -24,7 +29,9 @@
 #include <linux/seccomp.h>
 #include <signal.h>
 #include <stddef.h>
+#include <sys/mman.h>
 #include <sys/prctl.h>
+#include <sys/stat.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -368,6 +375,87 @@ TEST_F(test_uct_failure, sender_ep_destroyed_reclaimed)
         /* everything published before the close is delivered */
         ASSERT_TRUE(wait_for([&]() { return m_received == first + 20; }));
     }
+}
+
+/* A sender that writes a bad record and closes at once: the receiver finds
+ * the record while it drains the closed connection, and used to fail it
+ * (CLOSED -> FAILED), which that sender never closes again: the slot and
+ * its ring stayed taken until the sender exited, and with MAX_PEERS=1 no
+ * other sender could connect */
+TEST_F(test_uct_failure, closed_after_a_bad_record_reclaimed)
+{
+    entity *receiver = create_entity({{"MAX_PEERS", "1"}});
+    entity *s1       = create_entity();
+    entity *s2       = create_entity();
+    struct stat st;
+
+    ASSERT_NE(nullptr, s2);
+    ASSERT_EQ(UCS_OK,
+              uct_iface_set_am_handler(
+                      receiver->iface, AM_ID,
+                      [](void *arg, void*, size_t, unsigned) {
+                          ++*(size_t*)arg;
+                          return UCS_OK;
+                      },
+                      &m_received, 0));
+    uct_ep_h ep = connect(s1, receiver);
+    ASSERT_NE(nullptr, ep);
+    ASSERT_EQ(UCS_OK, retry([&]() {
+                  return uct_ep_am_short(ep, AM_ID, 0, NULL, 0);
+              }));
+    ASSERT_TRUE(wait_for([&]() { return m_received == 1; }));
+
+    /* the receiver's control area and pool, as the sender maps them */
+    const uct_remapring_iface_addr_t *addr =
+            (const uct_remapring_iface_addr_t*)receiver->iface_addr.data();
+    ASSERT_EQ(0, fstat(addr->ctl_fd, &st));
+    size_t ctl_size          = st.st_size;
+    uct_remapring_ctl_t *ctl = (uct_remapring_ctl_t*)
+            mmap(NULL, ctl_size, PROT_READ | PROT_WRITE, MAP_SHARED,
+                 addr->ctl_fd, 0);
+    ASSERT_NE(MAP_FAILED, (void*)ctl);
+    ASSERT_EQ(0, fstat(ctl->pool_fd, &st));
+    size_t pool_size = st.st_size;
+    char *pool       = (char*)mmap(NULL, pool_size, PROT_READ | PROT_WRITE,
+                                   MAP_SHARED, ctl->pool_fd, 0);
+    ASSERT_NE(MAP_FAILED, (void*)pool);
+    uct_remapring_conn_t *conn = uct_remapring_ctl_conns(ctl, 1);
+    uint32_t block = uct_remapring_ctl_slot_table(ctl, 1, ctl->ring_slots,
+                                                  0)[0];
+    ASSERT_EQ(UCT_REMAPRING_CONN_READY, uct_remapring_conn_state(conn));
+    ASSERT_LT((size_t)(block + 1) * ctl->block_size, pool_size);
+
+    /* the next record, of a type there is not, then the close, with no
+     * progress of the receiver in between */
+    scoped_log_capture log;
+    uct_remapring_ring_hdr_t hdr = {};
+    char *rec = pool + ((size_t)block * ctl->block_size) +
+                UCT_REMAPRING_RING_ALIGN;
+    hdr.type  = 0x77;
+    memcpy(rec + sizeof(hdr.stamp), (char*)&hdr + sizeof(hdr.stamp),
+           sizeof(hdr) - sizeof(hdr.stamp));
+    __atomic_store_n((uint64_t*)rec,
+                     UCT_REMAPRING_RING_ALIGN ^ conn->ring.info.nonce,
+                     __ATOMIC_RELEASE);
+    s1->ep_destroy(ep);
+
+    EXPECT_TRUE(wait_for([&]() {
+        uint32_t state = uct_remapring_conn_state(conn);
+        return (state == UCT_REMAPRING_CONN_FREE) ||
+               (state == UCT_REMAPRING_CONN_OFFERED);
+    }, 2.0)) << "state " << uct_remapring_conn_state(conn);
+    EXPECT_TRUE(log.contains("unknown record type")) << log.all();
+    munmap(pool, pool_size);
+    munmap(ctl, ctl_size);
+
+    /* another sender takes the slot */
+    ep = connect(s2, receiver);
+    ASSERT_NE(nullptr, ep);
+    ASSERT_EQ(UCS_OK, retry([&]() {
+                  return uct_ep_am_short(ep, AM_ID, 0, NULL, 0);
+              }));
+    EXPECT_TRUE(wait_for([&]() { return m_received == 2; }));
+    s2->ep_destroy(ep);
 }
 
 /* pidfd_open fails with ENOSYS: the receiver used to refuse every sender

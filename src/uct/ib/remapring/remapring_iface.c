@@ -561,24 +561,29 @@ static void uct_remapring_rx_conn_free(uct_remapring_iface_t *iface,
 
 /* Refuse or fail connection @a index; @a reason is logged, NULL if the
  * failure was logged where it was found. The ring stays until the sender
- * closes or exits, so that its late writes land in its own blocks. */
+ * closes or exits, so that its late writes land in its own blocks; a
+ * connection its sender already closed is freed at once. */
 static void uct_remapring_rx_conn_fail(uct_remapring_iface_t *iface,
                                        unsigned index, const char *reason)
 {
     uct_remapring_rx_conn_t *rx_conn = &iface->rx.rx_conns[index];
+    uct_remapring_conn_t *conn       = &iface->rx.ctl.conns[index];
 
     if (reason != NULL) {
         ucs_error("remapring: iface %p connection %u from pid %d failed: %s",
-                  iface, index, iface->rx.ctl.conns[index].sender_pid,
-                  reason);
+                  iface, index, conn->sender_pid, reason);
     }
 
     rx_conn->failed = 1;
     uct_remapring_rx_set_idle(rx_conn);
-    /* a sender that closed meanwhile rings its doorbell: the slot is freed
-     * then */
-    uct_remapring_ctl_set_unless_closed(&iface->rx.ctl, index,
-                                        UCT_REMAPRING_CONN_FAILED);
+    /* CLOSED -> FAILED would keep the slot and its ring until the sender
+     * exits: it never looks at a connection it closed (nor rings for it
+     * again). A close that comes meanwhile fails the compare-and-swap. */
+    if (uct_remapring_ctl_set_unless_closed(&iface->rx.ctl, index,
+                                            UCT_REMAPRING_CONN_FAILED) ==
+        UCT_REMAPRING_CONN_CLOSED) {
+        uct_remapring_rx_conn_free(iface, index);
+    }
 }
 
 /* The interface's watch saw the sender of a connection exit */
