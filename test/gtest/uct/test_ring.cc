@@ -11,6 +11,9 @@
 
 #include <gtest/gtest.h>
 
+#include <sys/stat.h>
+#include <unistd.h>
+
 #include <algorithm>
 #include <atomic>
 #include <chrono>
@@ -671,6 +674,72 @@ TEST_F(test_ring, pool_total_used)
 
     destroy();
     EXPECT_EQ(before, uct_remapring_pool_total_used());
+}
+
+/* A detached block with holds stays whole while it is among the newest
+ * punch_after: a hold that ends soon costs no punch, and the block no page
+ * faults when reused; older ones give back the pages no hold touches */
+TEST(test_ring_pool, punch_after_the_newest)
+{
+    static const unsigned NBLOCKS = 24, AFTER = 16;
+    uct_remapring_pool_params_t params;
+    uct_remapring_pool_t *pool;
+    uint32_t blocks[NBLOCKS];
+    struct stat st;
+
+    uct_remapring_pool_params_default(&params);
+    params.block_size  = 64 * 1024;
+    params.init_blocks = NBLOCKS;
+    params.punch_after = AFTER;
+    ASSERT_EQ(UCS_OK, uct_remapring_pool_create(&params, &pool));
+    const unsigned ppb = pool->pages_per_block;
+
+    for (unsigned i = 0; i < NBLOCKS; ++i) {
+        ASSERT_EQ(UCS_OK, uct_remapring_pool_block_get(pool, &blocks[i]));
+        memset(uct_remapring_pool_block_addr(pool, blocks[i]), 0x5a,
+               params.block_size); /* every page resident */
+        uct_remapring_pool_block_hold(pool, blocks[i], 0, 64); /* page 0 */
+    }
+    ASSERT_EQ(0, fstat(pool->fd, &st));
+    const off_t resident = st.st_blocks;
+
+    for (unsigned i = 0; i < NBLOCKS; ++i) {
+        uct_remapring_pool_block_detach(pool, blocks[i]);
+        unsigned punched = (i + 1 > AFTER) ? (i + 1 - AFTER) : 0;
+        EXPECT_EQ((uint64_t)(i + 1 - punched) * ppb + punched,
+                  pool->stats.held_pages) << "after " << (i + 1);
+    }
+
+    /* the 8 oldest gave back all but their held page */
+    ASSERT_EQ(0, fstat(pool->fd, &st));
+    EXPECT_EQ((off_t)(NBLOCKS - AFTER) * (ppb - 1) * (sysconf(_SC_PAGESIZE) / 512),
+              resident - st.st_blocks);
+
+    /* released: a punched one and a whole one go back to the pool */
+    EXPECT_EQ(UCT_REMAPRING_POOL_UNHOLD_FREED,
+              uct_remapring_pool_block_unhold(pool, blocks[0]));
+    EXPECT_EQ((uint64_t)AFTER * ppb + (NBLOCKS - AFTER - 1),
+              pool->stats.held_pages);
+    EXPECT_EQ(UCT_REMAPRING_POOL_UNHOLD_FREED,
+              uct_remapring_pool_block_unhold(pool, blocks[NBLOCKS - 1]));
+    EXPECT_EQ((uint64_t)(AFTER - 1) * ppb + (NBLOCKS - AFTER - 1),
+              pool->stats.held_pages);
+
+    /* the next detach punches none: 15 wait whole */
+    uint32_t again;
+    ASSERT_EQ(UCS_OK, uct_remapring_pool_block_get(pool, &again));
+    uct_remapring_pool_block_hold(pool, again, 0, 64);
+    uct_remapring_pool_block_detach(pool, again);
+    EXPECT_EQ((uint64_t)AFTER * ppb + (NBLOCKS - AFTER - 1),
+              pool->stats.held_pages);
+
+    for (unsigned i = 1; i < NBLOCKS - 1; ++i) {
+        uct_remapring_pool_block_unhold(pool, blocks[i]);
+    }
+    uct_remapring_pool_block_unhold(pool, again);
+    EXPECT_EQ(0u, pool->stats.held_pages);
+    EXPECT_EQ(0u, pool->stats.ndetached);
+    uct_remapring_pool_destroy(pool);
 }
 
 TEST_F(test_ring, pool_grows_to_max)

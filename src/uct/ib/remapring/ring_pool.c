@@ -50,6 +50,7 @@ void uct_remapring_pool_params_default(uct_remapring_pool_params_t *params)
     params->max_bytes   = 0;
     params->name        = "remapring-pool";
     params->punch       = 1;
+    params->punch_after = 16;
     params->grow_cb     = NULL;
     params->grow_arg    = NULL;
 }
@@ -134,12 +135,76 @@ static void uct_remapring_pool_punch(uct_remapring_pool_t *pool,
     pool->stats.held_pages        += held;
 }
 
+/* Detached block @a index waits whole on the list of blocks to punch */
+static void uct_remapring_pool_punch_later(uct_remapring_pool_t *pool,
+                                           uint32_t index)
+{
+    uct_remapring_pool_block_t *block = &pool->blocks[index];
+
+    block->held_pages       = pool->pages_per_block;
+    pool->stats.held_pages += pool->pages_per_block;
+    block->punch_prev       = pool->punch_tail;
+    block->punch_next       = UCT_REMAPRING_POOL_BLOCK_NONE;
+    if (pool->punch_tail == UCT_REMAPRING_POOL_BLOCK_NONE) {
+        pool->punch_head = index;
+    } else {
+        pool->blocks[pool->punch_tail].punch_next = index;
+    }
+    pool->punch_tail = index;
+    ++pool->nunpunched;
+}
+
+/* Take detached block @a index off the list of blocks to punch */
+static void uct_remapring_pool_punch_unlist(uct_remapring_pool_t *pool,
+                                            uint32_t index)
+{
+    uct_remapring_pool_block_t *block = &pool->blocks[index];
+
+    if (block->punch_prev == UCT_REMAPRING_POOL_BLOCK_NONE) {
+        pool->punch_head = block->punch_next;
+    } else {
+        pool->blocks[block->punch_prev].punch_next = block->punch_next;
+    }
+    if (block->punch_next == UCT_REMAPRING_POOL_BLOCK_NONE) {
+        pool->punch_tail = block->punch_prev;
+    } else {
+        pool->blocks[block->punch_next].punch_prev = block->punch_prev;
+    }
+    block->punch_prev = UCT_REMAPRING_POOL_BLOCK_NONE;
+    block->punch_next = UCT_REMAPRING_POOL_BLOCK_NONE;
+    --pool->nunpunched;
+}
+
+/* Is detached block @a index on the list of blocks to punch */
+static int uct_remapring_pool_punch_listed(const uct_remapring_pool_t *pool,
+                                           uint32_t index)
+{
+    const uct_remapring_pool_block_t *block = &pool->blocks[index];
+
+    return (block->punch_prev != UCT_REMAPRING_POOL_BLOCK_NONE) ||
+           (pool->punch_head == index);
+}
+
+/* Punch the oldest waiting blocks beyond the newest punch_after */
+static void uct_remapring_pool_punch_due(uct_remapring_pool_t *pool)
+{
+    uint32_t index;
+
+    while (pool->nunpunched > pool->punch_after) {
+        index = pool->punch_head;
+        uct_remapring_pool_punch_unlist(pool, index);
+        pool->stats.held_pages -= pool->blocks[index].held_pages;
+        uct_remapring_pool_punch(pool, index);
+    }
+}
+
 static ucs_status_t
 uct_remapring_pool_grow(uct_remapring_pool_t *pool, unsigned count)
 {
     unsigned first = pool->nblocks;
     size_t size    = (size_t)(first + count) << pool->block_shift;
     void *addr     = uct_remapring_pool_block_addr(pool, first);
+    uct_remapring_pool_block_t *block;
     ucs_status_t status;
     void *ptr;
     unsigned i;
@@ -172,11 +237,14 @@ uct_remapring_pool_grow(uct_remapring_pool_t *pool, unsigned count)
     /* Push in reverse so the lowest index is taken first: consecutive
      * blocks tend to back consecutive slots and share one VMA */
     for (i = count; i > 0; --i) {
-        pool->blocks[first + i - 1].state     = UCT_REMAPRING_POOL_BLOCK_FREE;
-        pool->blocks[first + i - 1].nholds    = 0;
-        pool->blocks[first + i - 1].owner     = NULL;
-        pool->blocks[first + i - 1].next_free = pool->free_head;
-        pool->free_head                       = first + i - 1;
+        block             = &pool->blocks[first + i - 1];
+        block->state      = UCT_REMAPRING_POOL_BLOCK_FREE;
+        block->nholds     = 0;
+        block->owner      = NULL;
+        block->punch_prev = UCT_REMAPRING_POOL_BLOCK_NONE;
+        block->punch_next = UCT_REMAPRING_POOL_BLOCK_NONE;
+        block->next_free  = pool->free_head;
+        pool->free_head   = first + i - 1;
     }
 
     pool->nblocks += count;
@@ -244,6 +312,10 @@ uct_remapring_pool_create(const uct_remapring_pool_params_t *params,
 
     pool->max_blocks       = params->max_blocks;
     pool->punch            = params->punch;
+    pool->punch_after      = params->punch_after;
+    pool->punch_head       = UCT_REMAPRING_POOL_BLOCK_NONE;
+    pool->punch_tail       = UCT_REMAPRING_POOL_BLOCK_NONE;
+    pool->nunpunched       = 0;
     pool->grow_cb          = params->grow_cb;
     pool->grow_arg         = params->grow_arg;
     pool->grow_blocks      = params->grow_blocks;
@@ -394,7 +466,14 @@ void uct_remapring_pool_block_detach(uct_remapring_pool_t *pool,
     block->state = UCT_REMAPRING_POOL_BLOCK_DETACHED;
     block->owner = NULL;
     pool->stats.ndetached++;
-    uct_remapring_pool_punch(pool, index);
+    if (pool->punch && (pool->punch_after > 0)) {
+        /* most holds end soon (a receive posted right after): a block
+         * punched now would fault its pages in again when reused */
+        uct_remapring_pool_punch_later(pool, index);
+        uct_remapring_pool_punch_due(pool);
+    } else {
+        uct_remapring_pool_punch(pool, index);
+    }
     uct_remapring_pool_update_mem(pool);
 }
 
@@ -433,6 +512,9 @@ uct_remapring_pool_block_unhold(uct_remapring_pool_t *pool, uint32_t index)
     }
 
     /* back whole: its punched pages fault in again when written */
+    if (uct_remapring_pool_punch_listed(pool, index)) {
+        uct_remapring_pool_punch_unlist(pool, index);
+    }
     pool->stats.ndetached--;
     pool->stats.held_pages -= block->held_pages;
     block->held_pages       = 0;

@@ -62,6 +62,8 @@ typedef struct uct_remapring_pool_block {
     uint32_t state; /* uct_remapring_pool_block_state_t */
     uint32_t slot; /* slot it backs, while ATTACHED */
     uint32_t held_pages; /* pages kept, while DETACHED */
+    uint32_t punch_prev; /* list of DETACHED blocks not punched yet */
+    uint32_t punch_next;
     uct_remapring_ring_t *owner; /* ring it backs, while ATTACHED */
 } uct_remapring_pool_block_t;
 
@@ -78,6 +80,9 @@ typedef struct uct_remapring_pool_params {
     const char *name; /* memfd name, for /proc/<pid>/maps */
     int punch; /* give back the unheld pages of detached blocks; 0 where
                   a device pins the pool's pages (they would stay its) */
+    unsigned punch_after; /* detached blocks kept whole, the latest ones:
+                             a block released soon costs no punch and no
+                             page faults when reused */
     /* called for each chunk of blocks made, before any is handed out (a
      * device registers it); an error fails the growth. Or NULL */
     ucs_status_t (*grow_cb)(void *arg, uint32_t first, unsigned count,
@@ -122,6 +127,10 @@ typedef struct uct_remapring_pool {
     unsigned map_words; /* 64-bit words of one block's page map */
     uint64_t max_pages; /* max_bytes in pages */
     int punch;
+    unsigned punch_after;
+    uint32_t punch_head; /* oldest detached block not punched yet */
+    uint32_t punch_tail;
+    unsigned nunpunched;
     ucs_status_t (*grow_cb)(void *arg, uint32_t first, unsigned count,
                             void *addr);
     void *grow_arg;
