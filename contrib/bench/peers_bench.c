@@ -49,24 +49,24 @@
 
 
 typedef struct {
-    uct_iface_h      iface;
+    uct_iface_h iface;
     uct_iface_attr_t attr;
-    uct_ep_h         ep;
+    uct_ep_h ep;
 } peers_bench_sender_t;
 
 
 typedef struct {
-    uct_component_h       component;
-    uct_md_h              md;
-    ucs_async_context_t   *async;
-    uct_worker_h          rx_worker;
-    uct_worker_h          tx_worker;
-    uct_iface_h           rx;
-    uct_iface_attr_t      rx_attr;
-    void                  *rx_dev_addr;
-    void                  *rx_iface_addr;
-    uint64_t              received;
-    size_t                block_size;
+    uct_component_h component;
+    uct_md_h md;
+    ucs_async_context_t *async;
+    uct_worker_h rx_worker;
+    uct_worker_h tx_worker;
+    uct_iface_h rx;
+    uct_iface_attr_t rx_attr;
+    void *rx_dev_addr;
+    void *rx_iface_addr;
+    uint64_t received;
+    size_t block_size;
 } peers_bench_t;
 
 
@@ -92,25 +92,23 @@ static unsigned peers_bench_parse_list(const char *arg, unsigned *list)
     return n;
 }
 
-static ucs_status_t peers_bench_am(void *arg, void *data, size_t length,
-                                   unsigned flags)
+static ucs_status_t
+peers_bench_am(void *arg, void *data, size_t length, unsigned flags)
 {
-    ++((peers_bench_t*)arg)->received;
+    ++((peers_bench_t *)arg)->received;
     return UCS_OK;
 }
 
-static ucs_status_t peers_bench_open_iface(peers_bench_t *b,
-                                           uct_worker_h worker,
-                                           uct_iface_h *iface_p,
-                                           uct_iface_attr_t *attr)
+static ucs_status_t
+peers_bench_open_iface(peers_bench_t *b, uct_worker_h worker,
+                       uct_iface_h *iface_p, uct_iface_attr_t *attr)
 {
     uct_iface_params_t params = {};
     uct_iface_config_t *config;
     char value[64];
     ucs_status_t status;
 
-    status = uct_md_iface_config_read(b->md, "remapring", NULL, NULL,
-                                      &config);
+    status = uct_md_iface_config_read(b->md, "remapring", NULL, NULL, &config);
     if (status != UCS_OK) {
         return status;
     }
@@ -123,8 +121,8 @@ static ucs_status_t peers_bench_open_iface(peers_bench_t *b,
         return UCS_ERR_INVALID_PARAM;
     }
 
-    params.field_mask           = UCT_IFACE_PARAM_FIELD_OPEN_MODE |
-                                  UCT_IFACE_PARAM_FIELD_DEVICE;
+    params.field_mask = UCT_IFACE_PARAM_FIELD_OPEN_MODE |
+                        UCT_IFACE_PARAM_FIELD_DEVICE;
     params.open_mode            = UCT_IFACE_OPEN_MODE_DEVICE;
     params.mode.device.tl_name  = "remapring";
     params.mode.device.dev_name = "memory";
@@ -157,8 +155,7 @@ static ucs_status_t peers_bench_init(peers_bench_t *b)
         cattr.field_mask = UCT_COMPONENT_ATTR_FIELD_NAME |
                            UCT_COMPONENT_ATTR_FIELD_MD_RESOURCE_COUNT;
         if ((uct_component_query(components[i], &cattr) == UCS_OK) &&
-            !strcmp(cattr.name, "remapring") &&
-            (cattr.md_resource_count > 0)) {
+            !strcmp(cattr.name, "remapring") && (cattr.md_resource_count > 0)) {
             cattr.field_mask   = UCT_COMPONENT_ATTR_FIELD_MD_RESOURCES;
             cattr.md_resources = mdr;
             if (cattr.md_resource_count <= 4) {
@@ -190,8 +187,7 @@ static ucs_status_t peers_bench_init(peers_bench_t *b)
         return status;
     }
 
-    status = uct_worker_create(b->async, UCS_THREAD_MODE_SINGLE,
-                               &b->rx_worker);
+    status = uct_worker_create(b->async, UCS_THREAD_MODE_SINGLE, &b->rx_worker);
     if (status != UCS_OK) {
         return status;
     }
@@ -204,7 +200,7 @@ static ucs_status_t peers_bench_open_rx(peers_bench_t *b)
     ucs_status_t status;
 
     b->received = 0;
-    status = peers_bench_open_iface(b, b->rx_worker, &b->rx, &b->rx_attr);
+    status      = peers_bench_open_iface(b, b->rx_worker, &b->rx, &b->rx_attr);
     if (status != UCS_OK) {
         return status;
     }
@@ -241,7 +237,7 @@ static void peers_bench_progress(peers_bench_t *b)
 
 typedef struct {
     const void *buf;
-    size_t     size;
+    size_t size;
 } peers_bench_pack_t;
 
 static size_t peers_bench_pack(void *dest, void *arg)
@@ -253,8 +249,8 @@ static size_t peers_bench_pack(void *dest, void *arg)
 }
 
 /* Send one message of @a size from @a s if there is room now */
-static ucs_status_t peers_bench_try_send(peers_bench_sender_t *s, void *buf,
-                                         size_t size)
+static ucs_status_t
+peers_bench_try_send(peers_bench_sender_t *s, void *buf, size_t size)
 {
     peers_bench_pack_t pack;
     ssize_t ret;
@@ -266,8 +262,7 @@ static ucs_status_t peers_bench_try_send(peers_bench_sender_t *s, void *buf,
 
     pack.buf  = buf;
     pack.size = size;
-    ret       = uct_ep_am_bcopy(s->ep, PEERS_BENCH_AM_ID, peers_bench_pack,
-                                &pack, 0);
+    ret = uct_ep_am_bcopy(s->ep, PEERS_BENCH_AM_ID, peers_bench_pack, &pack, 0);
     return (ret < 0) ? (ucs_status_t)ret : UCS_OK;
 }
 
@@ -294,8 +289,7 @@ static int peers_bench_send(peers_bench_t *b, peers_bench_sender_t *s,
 
 /* Progress until @a count messages arrived and then @a idle calls more,
  * for the rings to go idle */
-static int peers_bench_settle(peers_bench_t *b, uint64_t count,
-                              unsigned idle)
+static int peers_bench_settle(peers_bench_t *b, uint64_t count, unsigned idle)
 {
     double deadline = peers_bench_now() + 30.0;
     unsigned i;
@@ -357,8 +351,7 @@ static int peers_bench_point(peers_bench_t *b, unsigned nsenders,
     }
     base = uct_remapring_pool_total_used();
 
-    params.field_mask = UCT_EP_PARAM_FIELD_IFACE |
-                        UCT_EP_PARAM_FIELD_DEV_ADDR |
+    params.field_mask = UCT_EP_PARAM_FIELD_IFACE | UCT_EP_PARAM_FIELD_DEV_ADDR |
                         UCT_EP_PARAM_FIELD_IFACE_ADDR;
     params.dev_addr   = b->rx_dev_addr;
     params.iface_addr = b->rx_iface_addr;
@@ -376,7 +369,7 @@ static int peers_bench_point(peers_bench_t *b, unsigned nsenders,
         goto out_close;
     }
 
-    used = uct_remapring_pool_total_used() - base;
+    used  = uct_remapring_pool_total_used() - base;
     start = peers_bench_now();
     for (i = 0; i < calls; ++i) {
         uct_worker_progress(b->rx_worker);
@@ -465,7 +458,7 @@ int main(int argc, char **argv)
     unsigned nlist[PEERS_BENCH_MAX_LIST] = {1, 16, 256, 1000};
     unsigned alist[PEERS_BENCH_MAX_LIST] = {1, 4, 16};
     unsigned nn = 4, na = 3, burst = 2000, calls = 200000, i;
-    size_t size = 8192;
+    size_t size     = 8192;
     peers_bench_t b = {};
     struct rlimit rl;
     int c;
@@ -512,7 +505,8 @@ int main(int argc, char **argv)
            " (MiB, KiB per sender, with the 2 rings made in advance),\n"
            "a receiver progress call with all idle (ns), and for k active"
            " senders of %u x %zu B: pool at the burst's peak and once idle"
-           " again (MiB)\n", burst, size);
+           " again (MiB)\n",
+           burst, size);
     printf("%8s  %9s  %10s  %10s", "senders", "idle MiB", "KiB/sender",
            "ns/call");
     for (i = 0; i < na; ++i) {
