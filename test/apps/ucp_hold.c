@@ -35,6 +35,7 @@
  */
 #define _GNU_SOURCE
 #include "proc_stats.h"
+#include "ucp_oob.h"
 
 #include <ucp/api/ucp.h>
 
@@ -523,21 +524,7 @@ static void tag_done(void *request, ucs_status_t status,
 
 static int xfer(int fd, void *buf, size_t len, int out)
 {
-    ssize_t n;
-
-    while (len > 0) {
-        n = out ? write(fd, buf, len) : read(fd, buf, len);
-        if (n <= 0) {
-            if (n < 0 && errno == EINTR) {
-                continue;
-            }
-            perror(out ? "oob write" : "oob read");
-            return -1;
-        }
-        buf  = (char*)buf + n;
-        len -= n;
-    }
-    return 0;
+    return oob_xfer(fd, buf, len, out, "ucp_hold");
 }
 
 /* -d: reads the number of messages sent, once the sender has written it;
@@ -598,8 +585,7 @@ static void setup(int fd, ucp_context_h *ctx_p, ucp_worker_h *worker_p,
     ucp_params_t        params = {0};
     ucp_worker_params_t wparams = {0};
     ucp_ep_params_t     eparams = {0};
-    ucp_address_t       *addr, *peer;
-    size_t              len, peer_len;
+    ucp_address_t       *peer;
     ucs_status_t        status;
 
     params.field_mask   = UCP_PARAM_FIELD_FEATURES;
@@ -616,19 +602,9 @@ static void setup(int fd, ucp_context_h *ctx_p, ucp_worker_h *worker_p,
         fprintf(stderr, "ucp_worker_create: %s\n", ucs_status_string(status));
         exit(2);
     }
-    status = ucp_worker_get_address(*worker_p, &addr, &len);
-    if (status != UCS_OK) {
+    if (oob_exchange_address(*worker_p, fd, &peer, "ucp_hold") != 0) {
         exit(2);
     }
-    if (xfer(fd, &len, sizeof(len), 1) || xfer(fd, addr, len, 1) ||
-        xfer(fd, &peer_len, sizeof(peer_len), 0)) {
-        exit(2);
-    }
-    peer = malloc(peer_len);
-    if (peer == NULL || xfer(fd, peer, peer_len, 0)) {
-        exit(2);
-    }
-    ucp_worker_release_address(*worker_p, addr);
     eparams.field_mask = UCP_EP_PARAM_FIELD_REMOTE_ADDRESS;
     eparams.address    = peer;
     status = ucp_ep_create(*worker_p, &eparams, ep_p);

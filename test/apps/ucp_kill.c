@@ -38,6 +38,7 @@
  */
 #define _GNU_SOURCE
 #include "proc_stats.h"
+#include "ucp_oob.h"
 
 #include <ucp/api/ucp.h>
 
@@ -164,20 +165,7 @@ static ucs_status_t am_cb(void *arg, const void *header, size_t header_length,
 
 static int xfer(int fd, void *buf, size_t len, int out)
 {
-    ssize_t n;
-
-    while (len > 0) {
-        n = out ? write(fd, buf, len) : read(fd, buf, len);
-        if (n <= 0) {
-            if ((n < 0) && (errno == EINTR)) {
-                continue;
-            }
-            return -1;
-        }
-        buf  = (char*)buf + n;
-        len -= n;
-    }
-    return 0;
+    return oob_xfer(fd, buf, len, out, NULL);
 }
 
 static int setup_ucp(void)
@@ -224,24 +212,10 @@ static int setup_ucp(void)
 static int connect_peer(int fd)
 {
     ucp_ep_params_t eparams = {0};
-    ucp_address_t *addr, *peer;
-    size_t len, peer_len;
+    ucp_address_t *peer;
     ucs_status_t status;
 
-    status = ucp_worker_get_address(g.worker, &addr, &len);
-    if (status != UCS_OK) {
-        return -1;
-    }
-    if (xfer(fd, &len, sizeof(len), 1) || xfer(fd, addr, len, 1) ||
-        xfer(fd, &peer_len, sizeof(peer_len), 0) || (peer_len > 65536)) {
-        ucp_worker_release_address(g.worker, addr);
-        return -1;
-    }
-    ucp_worker_release_address(g.worker, addr);
-
-    peer = malloc(peer_len);
-    if ((peer == NULL) || xfer(fd, peer, peer_len, 0)) {
-        free(peer);
+    if (oob_exchange_address(g.worker, fd, &peer, NULL) != 0) {
         return -1;
     }
 

@@ -54,6 +54,7 @@
  */
 #define _GNU_SOURCE
 #include <ucp/api/ucp.h>
+#include "ucp_oob.h"
 
 #include <dirent.h>
 #include <dlfcn.h>
@@ -175,25 +176,7 @@ static long check(const void *buf, uint64_t i, size_t len)
 
 static int xfer(int fd, void *buf, size_t len, int out)
 {
-    ssize_t n;
-
-    while (len > 0) {
-        n = out ? write(fd, buf, len) : read(fd, buf, len);
-        if (n <= 0) {
-            if (n < 0 && errno == EINTR) {
-                continue;
-            }
-            if (n == 0) {
-                fprintf(stderr, "ucp_storm: the other process exited\n");
-            } else {
-                perror(out ? "ucp_storm: oob write" : "ucp_storm: oob read");
-            }
-            return -1;
-        }
-        buf  = (char*)buf + n;
-        len -= n;
-    }
-    return 0;
+    return oob_xfer(fd, buf, len, out, "ucp_storm");
 }
 
 static void oob_barrier(void)
@@ -387,8 +370,7 @@ static void setup(ucp_context_h *ctx_p, ucp_worker_h *worker_p,
     ucp_params_t        params  = {0};
     ucp_worker_params_t wparams = {0};
     ucp_ep_params_t     eparams = {0};
-    ucp_address_t       *addr, *peer;
-    size_t              len, peer_len;
+    ucp_address_t       *peer;
     ucs_status_t        status;
 
     params.field_mask = UCP_PARAM_FIELD_FEATURES;
@@ -410,19 +392,9 @@ static void setup(ucp_context_h *ctx_p, ucp_worker_h *worker_p,
     if (is_receiver) {
         find_pools();
     }
-    status = ucp_worker_get_address(*worker_p, &addr, &len);
-    if (status != UCS_OK) {
+    if (oob_exchange_address(*worker_p, oob_fd, &peer, "ucp_storm") != 0) {
         exit(2);
     }
-    if (xfer(oob_fd, &len, sizeof(len), 1) || xfer(oob_fd, addr, len, 1) ||
-        xfer(oob_fd, &peer_len, sizeof(peer_len), 0)) {
-        exit(2);
-    }
-    peer = malloc(peer_len);
-    if (peer == NULL || xfer(oob_fd, peer, peer_len, 0)) {
-        exit(2);
-    }
-    ucp_worker_release_address(*worker_p, addr);
     eparams.field_mask = UCP_EP_PARAM_FIELD_REMOTE_ADDRESS;
     eparams.address    = peer;
     status = ucp_ep_create(*worker_p, &eparams, ep_p);
