@@ -11,7 +11,9 @@
  * through the local or the shm wire) with a hostile one (raw bytes into the
  * blocks under the slots or anywhere in the pool, forged headers with the
  * right stamp, tails and stall counts of any value), and the reader's calls
- * (poll, consume with or without a hold, release, flush, idle, is_empty).
+ * (poll, consume with or without a hold, release, flush, idle, is_empty),
+ * and the writer's answers to the reader's requests to give back credit
+ * (honest, or any bound and request number).
  *
  * What must hold, else the target aborts:
  * - a delivered record lies in the block under its slot, starts at the
@@ -54,9 +56,31 @@ static uct_remapring_pool_t *pool;
 static uct_remapring_ring_ctl_t *ctl;
 
 /* Payload byte @a i of honest message @a seq */
-static uint8_t fuzz_pattern(uint64_t seq, size_t i)
+static inline uint8_t fuzz_pattern(uint64_t seq, size_t i)
 {
     return (uint8_t)(seq * 131 + i * 7 + (i >> 8));
+}
+
+/* The payload of honest message @a seq, @a length bytes of it (the first
+ * sizeof(buffer) bytes written, as the send takes) */
+FUZZ_NO_COVERAGE static void
+fuzz_fill(uint8_t *buffer, size_t size, uint64_t seq, size_t length)
+{
+    size_t i;
+
+    for (i = 0; i < length; ++i) {
+        buffer[i % size] = fuzz_pattern(seq, i);
+    }
+}
+
+FUZZ_NO_COVERAGE static void
+fuzz_check_pattern(const uint8_t *data, size_t length, uint64_t seq)
+{
+    size_t i;
+
+    for (i = 0; i < length; ++i) {
+        FUZZ_CHECK(data[i] == fuzz_pattern(seq, i));
+    }
 }
 
 int LLVMFuzzerInitialize(int *argc, char ***argv)
@@ -106,8 +130,6 @@ static void fuzz_check_rx(const uct_remapring_ring_t *ring,
                            ring->limit;
     uint32_t block;
     const char *base;
-    volatile uint8_t sum = 0;
-    uint32_t i;
 
     FUZZ_CHECK(rx->offset == ring->head);
     FUZZ_CHECK(rx->offset % UCT_REMAPRING_RING_ALIGN == 0);
@@ -130,10 +152,7 @@ static void fuzz_check_rx(const uct_remapring_ring_t *ring,
                 base + (rx->offset % ring->block_size)));
 
     /* the upper layer reads all of it */
-    for (i = 0; i < rx->length; ++i) {
-        sum += ((const uint8_t *)rx->payload)[i];
-    }
-    (void)sum;
+    fuzz_read_all(rx->payload, rx->length);
 }
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
@@ -178,6 +197,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     params.headroom     = (cfg & 0x7) * 32;
     params.credit_batch = 1 + ((cfg >> 3) & 0x3);
     params.grant_min    = (cfg >> 5) & 0x3;
+    params.reclaim      = !!(cfg & 0x80);
     if (params.align_offset >= params.align) {
         params.align_offset = 0;
     }
@@ -210,9 +230,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         case 0: /* the honest writer */
         case 1:
             length = fuzz_u16(&in) % (FUZZ_BLOCK_SIZE + 64);
-            for (i = 0; i < length; ++i) {
-                buf[i % sizeof(buf)] = fuzz_pattern(send_seq, i);
-            }
+            fuzz_fill(buf, sizeof(buf), send_seq, length);
             iov.iov_base = buf;
             iov.iov_len  = ucs_min(length, sizeof(buf));
             if (sent_tail - sent_head == FUZZ_MAX_SENT) {
@@ -250,10 +268,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
                 FUZZ_CHECK(sent_head != sent_tail);
                 FUZZ_CHECK(rx.length == sent_len[sent_head % FUZZ_MAX_SENT]);
                 FUZZ_CHECK(rx.am_id == (uint8_t)recv_seq);
-                for (i = 0; i < rx.length; ++i) {
-                    FUZZ_CHECK(((uint8_t *)rx.payload)[i] ==
-                               fuzz_pattern(recv_seq, i));
-                }
+                fuzz_check_pattern(rx.payload, rx.length, recv_seq);
                 ++sent_head;
                 ++recv_seq;
             }
@@ -347,22 +362,31 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
             }
             uct_remapring_ring_ctl_store_tail(ctl, offset);
             break;
-        case 10: /* any stall count, any limit seen by the writer */
+        case 10: /* any stall count, limit, or answer to a reclaim */
             honest = 0;
-            if (fuzz_u8(&in) & 1) {
+            value  = fuzz_u8(&in);
+            if (value & 1) {
                 ctl->stalls = fuzz_u64(&in);
-            } else {
+            } else if (value & 2) {
                 ctl->limit = fuzz_u64(&in);
+            } else {
+                ctl->bound   = (value & 4) ? fuzz_u64(&in) :
+                                             ring->reclaim_to +
+                                                   (int8_t)fuzz_u8(&in) * 64;
+                ctl->yielded = (value & 8) ? fuzz_u64(&in) : ctl->reclaim;
             }
             break;
         case 11:
-            value = fuzz_u8(&in) % 3;
+            value = fuzz_u8(&in) % 4;
             if (value == 0) {
                 uct_remapring_ring_flush_credits(ring);
             } else if (value == 1) {
                 uct_remapring_ring_idle(ring);
-            } else {
+            } else if (value == 2) {
                 (void)uct_remapring_ring_is_empty(ring);
+            } else {
+                /* the honest writer answers a request to give back */
+                (void)uct_remapring_ring_writer_yield(&writer);
             }
             break;
         }

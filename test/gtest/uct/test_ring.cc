@@ -9,6 +9,8 @@
 #include <uct/ib/remapring/ring.h>
 #include <uct/ib/remapring/ring_wire.h>
 
+#include <ucs/debug/log_def.h>
+
 #include <gtest/gtest.h>
 
 #include <sys/stat.h>
@@ -77,6 +79,8 @@ protected:
         unsigned max_blocks   = 256;
         unsigned inline_max   = 0;
         bool shm              = false; /* shm wire, table-only ring */
+        unsigned grant_min    = 0; /* shm: quiet grant in slots, 0 all */
+        bool reclaim          = false; /* shm: a quiet ring gives back */
         uct_remapring_ring_commit_t commit = UCT_REMAPRING_RING_COMMIT_TAIL;
     };
 
@@ -120,6 +124,8 @@ protected:
             m_shared_slots.assign(cfg.nslots, UINT32_MAX);
             ring_params.shared_slots = m_shared_slots.data();
             ring_params.remap_view   = 0;
+            ring_params.grant_min    = cfg.grant_min;
+            ring_params.reclaim      = cfg.reclaim;
         }
         ASSERT_EQ(UCS_OK, uct_remapring_ring_create(m_pool, &ring_params, m_ctl,
                                                     &m_ring));
@@ -1009,17 +1015,225 @@ TEST_F(test_ring, destroy_with_holds)
 /* Writer and reader in two threads for a fixed time, records of every
  * size, every 7th held; with the stamp commit the reader polls the writer's
  * stores as they land */
+/* Backed slots (blocks under the ring's slots) */
+static unsigned backed_slots(const uct_remapring_ring_t *ring)
+{
+    unsigned i, n = 0;
+
+    for (i = 0; i < ring->nslots; ++i) {
+        n += (ring->slots[i] != UCT_REMAPRING_POOL_BLOCK_NONE);
+    }
+    return n;
+}
+
+/* A burst until the writer holds the whole window, then drained */
+static void burst(test_ring *t, std::function<ucs_status_t(size_t)> send,
+                  std::function<unsigned()> drain, size_t length,
+                  unsigned count)
+{
+    for (unsigned n = 0; n < count; ++n) {
+        while (send(length) == UCS_ERR_NO_RESOURCE) {
+            drain();
+        }
+    }
+    drain();
+}
+
+class test_ring_reclaim : public test_ring {
+protected:
+    void init_reclaim()
+    {
+        config cfg;
+        cfg.nslots     = 8;
+        cfg.max_blocks = 64;
+        cfg.shm        = true;
+        cfg.commit     = UCT_REMAPRING_RING_COMMIT_STAMP;
+        cfg.grant_min  = 1;
+        cfg.reclaim    = true;
+        init(cfg);
+    }
+
+    void burst_to_full_window()
+    {
+        burst(this, [this](size_t l) { return send(l); },
+              [this]() { return drain(); }, 3000, 200);
+        ASSERT_EQ(m_cfg.nslots, backed_slots(m_ring));
+        ASSERT_EQ(m_ring->window_size, m_ring->grant);
+    }
+
+    /* Errors logged, counted instead of printed */
+    static unsigned s_errors;
+
+    static ucs_log_func_rc_t
+    count_errors(const char *file, unsigned line, const char *function,
+                 ucs_log_level_t level, const ucs_log_component_config_t *comp,
+                 const char *message, va_list ap)
+    {
+        if (level <= UCS_LOG_LEVEL_ERROR) {
+            ++s_errors;
+            return UCS_LOG_FUNC_RC_STOP;
+        }
+        return UCS_LOG_FUNC_RC_CONTINUE;
+    }
+
+    /* What a quiet ring keeps: two slots from the credited one */
+    uint64_t quiet_limit() const
+    {
+        return m_ring->credited + 2 * m_cfg.block_size;
+    }
+};
+
+unsigned test_ring_reclaim::s_errors = 0;
+
+/* A quiet ring asks for all but two slots back; the writer answers, the
+ * reader takes them back, and traffic goes on, growing the grant again */
+TEST_F(test_ring_reclaim, quiet_ring_gives_back)
+{
+    init_reclaim();
+    burst_to_full_window();
+    unsigned free_before = pool_stats().nfree;
+
+    uct_remapring_ring_idle(m_ring);
+    EXPECT_EQ(1u, ring_stats().nreclaims);
+    EXPECT_EQ(quiet_limit(), m_ctl->limit) << "the lowered limit";
+    EXPECT_EQ(m_cfg.nslots, backed_slots(m_ring)) << "taken before an answer";
+
+    /* no answer yet: the slots stay */
+    EXPECT_FALSE(recv(false));
+    EXPECT_EQ(m_cfg.nslots, backed_slots(m_ring));
+
+    EXPECT_EQ(1, uct_remapring_ring_writer_yield(&m_writer));
+    EXPECT_EQ(0, uct_remapring_ring_writer_yield(&m_writer)) << "answered";
+    EXPECT_EQ(quiet_limit(), m_writer.limit);
+    EXPECT_FALSE(recv(false));
+    EXPECT_EQ(2u, backed_slots(m_ring));
+    EXPECT_EQ(m_cfg.nslots - 2, ring_stats().nreclaimed);
+    EXPECT_EQ(free_before + m_cfg.nslots - 2, pool_stats().nfree);
+    for (unsigned i = 0; i < m_cfg.nslots; ++i) {
+        EXPECT_EQ(m_ring->slots[i], m_shared_slots[i]) << "slot " << i;
+    }
+
+    /* a second idle finds nothing to take */
+    uct_remapring_ring_idle(m_ring);
+    EXPECT_EQ(1u, ring_stats().nreclaims);
+
+    /* traffic again, every record whole */
+    burst_to_full_window();
+    EXPECT_EQ(m_send_seq, m_recv_seq);
+}
+
+/* The writer wrote past the lowered limit (with the credit it had) before
+ * it answered: it keeps to its tail, and nothing it wrote is lost */
+TEST_F(test_ring_reclaim, writer_past_the_request)
+{
+    init_reclaim();
+    burst_to_full_window();
+    /* the writer loaded the whole limit just before the request */
+    m_writer.limit = uct_remapring_wire_limit(m_wire);
+    uct_remapring_ring_idle(m_ring);
+    uint64_t to = m_ctl->limit;
+
+    /* the writer has not reloaded the limit: it writes on */
+    while (m_writer.tail < to + m_cfg.block_size + 1000) {
+        ASSERT_EQ(UCS_OK, send(900));
+    }
+    EXPECT_EQ(1, uct_remapring_ring_writer_yield(&m_writer));
+    EXPECT_EQ(m_writer.tail, m_writer.limit);
+    EXPECT_EQ(m_writer.tail, m_ctl->bound);
+    EXPECT_EQ(UCS_ERR_NO_RESOURCE, send(900)) << "kept to its tail";
+
+    drain();
+    EXPECT_EQ(m_send_seq, m_recv_seq);
+    EXPECT_GT(ring_stats().nreclaimed, 0u);
+    EXPECT_LE(m_ring->backed, m_writer.tail + m_cfg.block_size);
+    burst_to_full_window();
+    EXPECT_EQ(m_send_seq, m_recv_seq);
+}
+
+/* Credit published while a request is open cancels it: a late answer to it
+ * is ignored, and the next request is answered on its own */
+TEST_F(test_ring_reclaim, publish_cancels_the_request)
+{
+    init_reclaim();
+    burst_to_full_window();
+    m_writer.limit = uct_remapring_wire_limit(m_wire);
+    uct_remapring_ring_idle(m_ring);
+
+    /* the writer goes on without reloading; the reader credits past it */
+    while (m_writer.tail < m_ring->limit - 2000) {
+        ASSERT_EQ(UCS_OK, send(900));
+    }
+    drain();
+    EXPECT_FALSE(m_ring->reclaim_open);
+    uint64_t limit = m_ctl->limit;
+    EXPECT_GT(limit, m_ring->reclaim_to);
+
+    /* the late answer: the writer takes the new limit as its bound */
+    EXPECT_EQ(1, uct_remapring_ring_writer_yield(&m_writer));
+    EXPECT_EQ(limit, m_writer.limit);
+    EXPECT_FALSE(recv(false));
+    EXPECT_EQ(0u, ring_stats().nreclaimed);
+
+    /* past a slot the ring already shrank to its quiet grant as the head
+     * moved on; after a new burst, a new request is answered */
+    burst_to_full_window();
+    uct_remapring_ring_idle(m_ring);
+    EXPECT_EQ(2u, ring_stats().nreclaims);
+    EXPECT_EQ(1, uct_remapring_ring_writer_yield(&m_writer));
+    EXPECT_FALSE(recv(false));
+    EXPECT_GT(ring_stats().nreclaimed, 0u);
+    burst_to_full_window();
+    EXPECT_EQ(m_send_seq, m_recv_seq);
+}
+
+/* An answer below what was asked, below the head, or past the limit fails
+ * the ring, logged once */
+TEST_F(test_ring_reclaim, bad_answer)
+{
+    for (int which = 0; which < 3; ++which) {
+        init_reclaim();
+        burst_to_full_window();
+        m_writer.limit = uct_remapring_wire_limit(m_wire);
+        uct_remapring_ring_idle(m_ring);
+        if (which == 2) {
+            /* the head moves past what was asked */
+            while (m_writer.tail < m_ring->reclaim_to + 1000) {
+                ASSERT_EQ(UCS_OK, send(900));
+            }
+            drain();
+        }
+        m_ctl->bound   = (which == 0) ? m_ring->reclaim_to - 64 :
+                         (which == 1) ? m_ring->limit + m_cfg.block_size :
+                                        m_ring->reclaim_to;
+        m_ctl->yielded = m_ctl->reclaim;
+        uct_remapring_ring_rx_t rx;
+        s_errors = 0;
+        ucs_log_push_handler(count_errors);
+        EXPECT_EQ(UCS_ERR_IO_ERROR, uct_remapring_ring_poll(m_ring, &rx));
+        EXPECT_EQ(UCS_ERR_IO_ERROR, uct_remapring_ring_poll(m_ring, &rx));
+        ucs_log_pop_handler();
+        EXPECT_EQ(1u, s_errors) << "one line, once";
+    }
+}
+
 class test_ring_threads : public test_ring,
                           public testing::WithParamInterface<int> {
 };
 
 TEST_P(test_ring_threads, two_threads)
 {
+    /* 3: the reader sleeps when the writer pauses and asks for its slots
+     * back; the writer answers while paused, or when it next runs out */
+    const bool reclaim = (GetParam() == 3);
     config cfg;
     cfg.nslots       = 8;
     cfg.credit_batch = 2;
     cfg.max_blocks   = 64;
-    cfg.shm          = (GetParam() == 2);
+    cfg.shm          = (GetParam() >= 2);
+    if (reclaim) {
+        cfg.grant_min = 1;
+        cfg.reclaim   = true;
+    }
     if (GetParam() > 0) {
         cfg.commit     = UCT_REMAPRING_RING_COMMIT_STAMP;
         cfg.inline_max = 256;
@@ -1053,6 +1267,15 @@ TEST_P(test_ring_threads, two_threads)
             } else {
                 sched_yield();
             }
+            if (reclaim && (rng() % 64 == 0)) {
+                /* a pause, answering requests now and then */
+                for (unsigned i = rng() % 64; i > 0; --i) {
+                    if (rng() % 2) {
+                        uct_remapring_ring_writer_yield(writer);
+                    }
+                    sched_yield();
+                }
+            }
         }
     });
 
@@ -1061,6 +1284,7 @@ TEST_P(test_ring_threads, two_threads)
     std::deque<held_rec> held;
     std::mt19937_64 rng(11);
     uct_remapring_ring_rx_t rx;
+    unsigned empty_polls = 0;
 
     while (true) {
         /* a fixed duration, but enough records even when the threads
@@ -1077,10 +1301,14 @@ TEST_P(test_ring_threads, two_threads)
             if (stop && (seq == nsent.load())) {
                 break;
             }
+            if (reclaim && (++empty_polls % 16 == 0)) {
+                uct_remapring_ring_idle(m_ring); /* the ring sleeps */
+            }
             sched_yield();
             continue;
         }
         ASSERT_EQ(UCS_OK, status);
+        empty_polls = 0;
         errors += (rx.am_id != (uint8_t)seq) ||
                   !check_payload(rx.payload, rx.length, seq);
         bytes += rx.length;
@@ -1107,21 +1335,27 @@ TEST_P(test_ring_threads, two_threads)
     EXPECT_EQ(0u, errors);
     EXPECT_EQ(nsent.load(), seq);
     printf("[          ] %lu records, %lu MB, %lu remaps, %lu reuses, "
-           "%lu writer refusals\n",
+           "%lu writer refusals, %lu reclaims (%lu slots back, %lu answers)"
+           "\n",
            seq, bytes >> 20, ring_stats().nremaps, ring_stats().nreuse,
-           m_writer.stats.nno_resource);
+           m_writer.stats.nno_resource, ring_stats().nreclaims,
+           ring_stats().nreclaimed, m_writer.stats.nyields);
     EXPECT_GT(ring_stats().nremaps, 0u);
+    if (reclaim) {
+        EXPECT_GT(ring_stats().nreclaimed, 0u);
+    }
 }
 
 static std::string commit_name(const testing::TestParamInfo<int> &info)
 {
-    static const char *names[] = {"tail", "stamp", "stamp_shm"};
+    static const char *names[] = {"tail", "stamp", "stamp_shm",
+                                  "stamp_shm_reclaim"};
 
     return names[info.param];
 }
 
-INSTANTIATE_TEST_SUITE_P(commit, test_ring_threads, testing::Values(0, 1, 2),
-                         commit_name);
+INSTANTIATE_TEST_SUITE_P(commit, test_ring_threads,
+                         testing::Values(0, 1, 2, 3), commit_name);
 
 
 /* Writer in a child process, writing through the cma wire into the parent's

@@ -83,7 +83,7 @@
 
 
 #define UCT_REMAPRING_CTL_MAGIC   0x6c74636972616d72ull /* "rmaric tl" */
-#define UCT_REMAPRING_CTL_VERSION 6
+#define UCT_REMAPRING_CTL_VERSION 7
 #define UCT_REMAPRING_MAX_PEERS   4096 /* largest MAX_PEERS */
 
 

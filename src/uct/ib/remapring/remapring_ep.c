@@ -48,6 +48,9 @@
 /* Sends refused for credit between two checks that the receiver lives */
 #define UCT_REMAPRING_PEER_STALL_CHECK 1024
 
+/* Hash buckets looked at per uct_remapring_ep_yield_some() call */
+#define UCT_REMAPRING_YIELD_SCAN 8
+
 enum {
     UCT_REMAPRING_EP_ERR_NONE,
     UCT_REMAPRING_EP_ERR_QUEUED,
@@ -458,6 +461,13 @@ uct_remapring_peer_stalled(uct_remapring_peer_t *peer)
         uct_remapring_peer_check_state(peer);
     }
 
+    /* the send may have answered a request to give back credit (the
+     * writer does before it reloads the limit): a receiver asleep must wake
+     * to take the slots back, and to see the stall */
+    if (peer->status == UCS_OK) {
+        uct_remapring_remote_ring_bell(&peer->remote);
+    }
+
     if ((peer->status == UCS_OK) &&
         ((++peer->stalls % UCT_REMAPRING_PEER_STALL_CHECK) == 0) &&
         uct_remapring_proc_exited(&peer->remote.proc)) {
@@ -477,6 +487,38 @@ void uct_remapring_ep_check_peers(uct_remapring_iface_t *iface)
             uct_remapring_peer_check_state(peer);
         }
     })
+}
+
+void uct_remapring_ep_yield_some(uct_remapring_iface_t *iface)
+{
+    khash_t(uct_remapring_peers) *peers = &iface->tx.peers;
+    uct_remapring_peer_t *peer;
+    unsigned n;
+    khiter_t i;
+
+    if (kh_size(peers) == 0) {
+        return;
+    }
+
+    for (n = 0; n < UCT_REMAPRING_YIELD_SCAN; ++n) {
+        i = iface->tx.yield_cursor++;
+        if (i >= kh_end(peers)) {
+            iface->tx.yield_cursor = kh_begin(peers);
+            continue;
+        }
+
+        if (!kh_exist(peers, i)) {
+            continue;
+        }
+
+        peer = kh_val(peers, i);
+        if ((peer->status == UCS_OK) && (peer->wire != NULL) &&
+            (peer->vconn == NULL) &&
+            uct_remapring_ring_writer_yield(&peer->writer)) {
+            uct_remapring_remote_ring_bell(&peer->remote);
+        }
+        return;
+    }
 }
 
 void uct_remapring_ep_cleanup_peers(uct_remapring_iface_t *iface)

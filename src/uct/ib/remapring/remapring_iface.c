@@ -349,6 +349,10 @@ uct_remapring_iface_config_check(const uct_remapring_iface_config_t *config)
  * connections that receivers failed, released or closed */
 #define UCT_REMAPRING_CHECK_PERIOD 65536
 
+/* Progress calls between two looks at a receiver's ring, for a request to
+ * give back credit (a power of two, dividing CHECK_PERIOD) */
+#define UCT_REMAPRING_YIELD_PERIOD 64
+
 
 static ucs_status_t
 uct_remapring_query_tl_devices(uct_md_h md,
@@ -628,6 +632,9 @@ static ucs_status_t uct_remapring_rx_ring_make(uct_remapring_iface_t *iface,
     /* a sender on the shm wire follows the slot table only: held blocks
      * are swapped in the table, without mmap */
     params.remap_view   = (wire != UCT_REMAPRING_WIRE_SHM);
+    /* and reads the control words in shared memory: it answers requests to
+     * give back what a quiet ring does not need */
+    params.reclaim      = (wire == UCT_REMAPRING_WIRE_SHM);
     params.name         = name;
     return uct_remapring_ring_create(iface->rx.pool, &params,
                                      &iface->rx.ctl.conns[index].ring,
@@ -974,7 +981,10 @@ static unsigned uct_remapring_rx_conn_poll(uct_remapring_iface_t *iface,
     if (uct_remapring_ring_is_empty(ring)) {
         uct_remapring_rx_set_idle(rx_conn);
         uct_remapring_ring_flush_credits(ring);
-        if (uct_remapring_conn_state(conn) == UCT_REMAPRING_CONN_CLOSED) {
+        if (ucs_unlikely(ring->status != UCS_OK)) {
+            uct_remapring_rx_conn_fail(iface, index, NULL); /* logged */
+        } else if (uct_remapring_conn_state(conn) ==
+                   UCT_REMAPRING_CONN_CLOSED) {
             uct_remapring_rx_conn_free(iface, index);
         }
     }
@@ -1011,8 +1021,13 @@ static unsigned uct_remapring_iface_progress(uct_iface_h tl_iface)
 
     count += uct_remapring_ep_progress_pending(iface);
 
-    if (ucs_unlikely(++iface->progress_calls >= UCT_REMAPRING_CHECK_PERIOD)) {
-        uct_remapring_iface_check(iface);
+    ++iface->progress_calls;
+    if (ucs_unlikely((iface->progress_calls &
+                      (UCT_REMAPRING_YIELD_PERIOD - 1)) == 0)) {
+        if (iface->progress_calls >= UCT_REMAPRING_CHECK_PERIOD) {
+            uct_remapring_iface_check(iface);
+        }
+        uct_remapring_ep_yield_some(iface);
     }
 
     return count;
@@ -1294,6 +1309,7 @@ static UCS_CLASS_INIT_FUNC(uct_remapring_iface_t, uct_md_h md,
     ucs_list_head_init(&self->tx.blocked);
     ucs_arbiter_init(&self->tx.arbiter);
     kh_init_inplace(uct_remapring_peers, &self->tx.peers);
+    self->tx.yield_cursor = 0;
 
     status = uct_remapring_watch_init(&self->watch);
     if (status != UCS_OK) {

@@ -122,6 +122,8 @@ struct uct_remapring_iface {
         khash_t(uct_remapring_peers) peers;  /* by receiver iface id */
         ucs_arbiter_t            arbiter;    /* eps with pending requests */
         ucs_list_link_t          blocked;    /* eps waiting for credit */
+        khiter_t                 yield_cursor; /* next peer to look at for
+                                                  a reclaim request */
         uct_remapring_ep_t       *dispatching; /* ep whose pending run */
         unsigned                 nerrs_queued; /* error callbacks to run */
         void                     *bounce;    /* am_bcopy packs here */

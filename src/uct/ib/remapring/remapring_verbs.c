@@ -445,6 +445,9 @@ static const uct_remapring_wire_ops_t uct_remapring_vwire_ops = {
     .publish_tail = uct_remapring_vwire_publish_tail,
     .limit        = uct_remapring_vwire_limit,
     .stalled      = uct_remapring_vwire_stalled,
+    .reclaim      = NULL, /* the limit travels in immediates: a verbs ring
+                             keeps its slots */
+    .yield        = NULL,
     .destroy      = uct_remapring_vwire_destroy
 };
 

@@ -55,6 +55,7 @@ void uct_remapring_ring_params_default(uct_remapring_ring_params_t *params)
     params->commit       = UCT_REMAPRING_RING_COMMIT_TAIL;
     params->shared_slots = NULL;
     params->remap_view   = 1;
+    params->reclaim      = 0;
     params->name         = NULL;
     params->on_publish   = NULL;
     params->publish_arg  = NULL;
@@ -78,6 +79,14 @@ uct_remapring_ring_slot(const uct_remapring_ring_t *ring, uint64_t offset)
     return (unsigned)(offset >> ring->block_shift) & (ring->nslots - 1);
 }
 
+/* What a quiet ring keeps when it reclaims: its quiet grant, and at least
+ * two slots, so that any record fits past the head */
+static inline uint64_t
+uct_remapring_ring_reclaim_grant(const uct_remapring_ring_t *ring)
+{
+    return ucs_max(ring->grant_min, 2 * ring->block_size);
+}
+
 static inline void *
 uct_remapring_ring_cpu_addr(const uct_remapring_ring_t *ring, uint64_t offset)
 {
@@ -89,6 +98,9 @@ uct_remapring_ring_cpu_addr(const uct_remapring_ring_t *ring, uint64_t offset)
 
 static void uct_remapring_ring_publish(uct_remapring_ring_t *ring)
 {
+    /* cancels an open reclaim: the writer may now read a limit past the
+     * bound it would answer with (see the top of ring.h) */
+    ring->reclaim_open = 0;
     uct_remapring_ring_ctl_store_limit(ring->ctl, ring->backed);
     ring->limit = ring->backed;
     ring->stats.ncredits++;
@@ -350,6 +362,13 @@ uct_remapring_ring_create(uct_remapring_pool_t *pool,
                          ((size_t)ucs_min(params->grant_min, params->nslots)
                           << pool->block_shift);
     ring->grant        = ring->grant_min;
+    ring->reclaim      = params->reclaim && !params->remap_view &&
+                         (params->on_publish == NULL) &&
+                         (uct_remapring_ring_reclaim_grant(ring) <
+                          ring->window_size);
+    ring->reclaim_open = 0;
+    ring->reclaim_seq  = 0;
+    ring->reclaim_to   = 0;
     ring->status       = UCS_OK;
     ring->shared_slots = params->shared_slots;
     ring->remap_view   = params->remap_view;
@@ -561,10 +580,9 @@ uct_remapring_ring_poll(uct_remapring_ring_t *ring, uct_remapring_ring_rx_t *rx)
                 return ring->status;
             }
 
-            if (ring->backed != ring->limit) {
-                uct_remapring_ring_publish(ring);
-            }
-            return UCS_ERR_NO_PROGRESS;
+            uct_remapring_ring_flush_credits(ring);
+            return (ring->status != UCS_OK) ? ring->status :
+                                              UCS_ERR_NO_PROGRESS;
         }
 
         /* The record is committed (above). Copy the header once: the peer
@@ -674,8 +692,62 @@ uct_remapring_ring_release(uct_remapring_pool_t *pool, const void *addr)
     return UCS_OK;
 }
 
+/* The writer answered the open reclaim: take back the slots at and past
+ * its bound. Called with the ring empty */
+static void uct_remapring_ring_reclaimed(uct_remapring_ring_t *ring)
+{
+    uct_remapring_ring_ctl_t *ctl = ring->ctl;
+    uint64_t bound, end;
+    unsigned slot;
+
+    if (__atomic_load_n(&ctl->yielded, __ATOMIC_ACQUIRE) !=
+        ring->reclaim_seq) {
+        return; /* not yet, or an answer to an earlier request */
+    }
+
+    ring->reclaim_open = 0;
+    bound              = __atomic_load_n(&ctl->bound, __ATOMIC_RELAXED);
+    if ((bound < ring->reclaim_to) || (bound < ring->head) ||
+        (bound > ring->limit) ||
+        ((ring->commit == UCT_REMAPRING_RING_COMMIT_TAIL) &&
+         (bound < ring->tail))) {
+        ucs_error("ring %s: bad reclaim answer: bound %lu, asked for %lu,"
+                  " head %lu limit %lu", ring->name, bound, ring->reclaim_to,
+                  ring->head, ring->limit);
+        ring->status = UCS_ERR_IO_ERROR;
+        return;
+    }
+
+    /* No record of this lap is at or past the bound; the slots past it were
+     * never read (head <= bound) and hold nothing */
+    end = (bound + ring->block_size - 1) & ~(uint64_t)(ring->block_size - 1);
+    while (ring->backed > end) {
+        ring->backed -= ring->block_size;
+        slot          = uct_remapring_ring_slot(ring, ring->backed);
+        uct_remapring_pool_block_detach(ring->pool, ring->slots[slot]);
+        uct_remapring_ring_set_slot(ring, slot, UCT_REMAPRING_POOL_BLOCK_NONE);
+        ring->stats.nreclaimed++;
+    }
+    ring->limit = bound;
+}
+
 void uct_remapring_ring_flush_credits(uct_remapring_ring_t *ring)
 {
+    if (ucs_unlikely(ring->reclaim_open)) {
+        uct_remapring_ring_reclaimed(ring);
+        if (ring->status != UCS_OK) {
+            return;
+        }
+    }
+
+    /* a writer that ran out may be waiting for more than the quiet grant
+     * with nothing left to read: grow it now */
+    if ((ring->grant != ring->window_size) &&
+        (__atomic_load_n(&ring->ctl->stalls, __ATOMIC_RELAXED) !=
+         ring->seen_stalls)) {
+        uct_remapring_ring_credit(ring);
+    }
+
     if (ring->backed != ring->limit) {
         uct_remapring_ring_publish(ring);
     }
@@ -683,7 +755,26 @@ void uct_remapring_ring_flush_credits(uct_remapring_ring_t *ring)
 
 void uct_remapring_ring_idle(uct_remapring_ring_t *ring)
 {
+    uint64_t to;
+
     ring->grant = ring->grant_min;
+    if (!ring->reclaim || ring->reclaim_open || (ring->status != UCS_OK)) {
+        return;
+    }
+
+    to = ring->credited + uct_remapring_ring_reclaim_grant(ring);
+    if ((ring->backed <= to) || (ring->limit != ring->backed) ||
+        (ring->head >= to) || ring->waiting) {
+        return; /* nothing to take back, or credit not all published */
+    }
+
+    /* the lower limit first, then the request (top of ring.h) */
+    ring->reclaim_open = 1;
+    ring->reclaim_to   = to;
+    ring->stats.nreclaims++;
+    uct_remapring_ring_ctl_store_limit(ring->ctl, to);
+    __atomic_store_n(&ring->ctl->reclaim, ++ring->reclaim_seq,
+                     __ATOMIC_RELEASE);
 }
 
 void uct_remapring_ring_get_info(const uct_remapring_ring_t *ring,
@@ -744,6 +835,41 @@ uct_remapring_ring_writer_init(uct_remapring_ring_writer_t *writer,
                                                          &layout);
     writer->limit       = uct_remapring_wire_limit(wire);
     return UCS_OK;
+}
+
+int uct_remapring_ring_writer_yield(uct_remapring_ring_writer_t *writer)
+{
+    uct_remapring_wire_t *wire = writer->wire;
+    uint64_t seq;
+
+    if (wire->ops->reclaim == NULL) {
+        return 0;
+    }
+
+    seq = wire->ops->reclaim(wire);
+    if (ucs_likely(seq == writer->yielded)) {
+        return 0;
+    }
+
+    /* the limit the reader lowered before it asked, or one it published
+     * since (which cancelled the request) */
+    writer->limit   = ucs_max(uct_remapring_wire_limit(wire), writer->tail);
+    writer->yielded = seq;
+    writer->stats.nyields++;
+    wire->ops->yield(wire, seq, writer->limit);
+    return 1;
+}
+
+uint64_t uct_remapring_wire_ctl_reclaim(uct_remapring_ring_ctl_t *ctl)
+{
+    return __atomic_load_n(&ctl->reclaim, __ATOMIC_ACQUIRE);
+}
+
+void uct_remapring_wire_ctl_yield(uct_remapring_ring_ctl_t *ctl, uint64_t seq,
+                                  uint64_t bound)
+{
+    __atomic_store_n(&ctl->bound, bound, __ATOMIC_RELAXED);
+    __atomic_store_n(&ctl->yielded, seq, __ATOMIC_RELEASE);
 }
 
 void uct_remapring_wire_ctl_stalled(uct_remapring_ring_ctl_t *ctl)

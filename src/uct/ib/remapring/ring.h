@@ -65,10 +65,32 @@
  * slots while quiet, so that an idle sender holds few blocks; each time it
  * ran out of credit (stalls changed) the grant doubles, up to W, while the
  * pool has room, and it falls back to grant_min when the ring sleeps
- * (uct_remapring_ring_idle). Granted slots are never taken back: a sender
- * that falls quiet keeps what it was last granted until it writes again. A
- * writer through the ring view (cma) is always granted W: moving a slot to
- * another block costs it an mmap.
+ * (uct_remapring_ring_idle). A writer through the ring view (cma) is always
+ * granted W: moving a slot to another block costs it an mmap.
+ *
+ * Reclaim: when a ring that may reclaim (params.reclaim: the writer reads
+ * the control words in shared memory) sleeps with more backed than the
+ * quiet grant, the reader asks for the rest back. The writer alone knows
+ * whether it is writing below its limit, so it answers:
+ *   reader  stores limit = r (r = credited + the quiet grant, at least two
+ *           slots, so that any record fits past the head), then reclaim =
+ *           n (a new request number), with release; ring->limit stays the
+ *           old limit L: the writer may still write below it.
+ *   writer  (uct_remapring_ring_writer_yield, when idle and before it
+ *           reloads the limit) load-acquires reclaim; if it is a new n, it
+ *           loads the limit and keeps from then on to bound = max(that
+ *           limit, its tail), stores bound, then yielded = n with release,
+ *           and wakes the reader.
+ *   reader  when it finds the ring empty and yielded == n (load-acquire),
+ *           checks r <= bound <= L, head <= bound, and (TAIL) tail <=
+ *           bound, else the ring fails; takes back the slots at and past bound rounded up to a
+ *           slot (no record of this lap can be there: the writer keeps below
+ *           bound, and those slots were never read), and sets ring->limit =
+ *           bound, so nothing past it is ever read.
+ * A limit the reader publishes while a request is open cancels it (a later
+ * answer to it is ignored), and it is the only store that raises the limit
+ * again, so a writer never reads a limit above its bound that the reader
+ * has not backed since. A writer that never answers keeps its slots.
  *
  * Holds: a delivered record may be held. When head leaves a slot, its block
  * is reused in place if no record in it is held (no system call), otherwise
@@ -162,7 +184,10 @@ struct uct_remapring_ring_ctl {
     uct_remapring_ring_info_t info UCS_V_ALIGNED(64); /* set by the reader */
     uint64_t tail UCS_V_ALIGNED(64); /* writer -> reader, TAIL commit */
     uint64_t stalls; /* writer -> reader: times it ran out of credit */
+    uint64_t yielded; /* writer -> reader: last reclaim request answered */
+    uint64_t bound; /* writer -> reader: the limit it keeps to since */
     uint64_t limit UCS_V_ALIGNED(64); /* reader -> writer */
+    uint64_t reclaim; /* reader -> writer: last request to give back credit */
 } UCS_V_ALIGNED(64);
 
 
@@ -353,6 +378,9 @@ typedef struct uct_remapring_ring_params {
                        (mmap); 0: only in the slot tables, for a writer
                        that writes through shared_slots and never through
                        the view */
+    int reclaim; /* 1: the writer reads the control words and answers
+                    requests to give back credit (see the top of this file):
+                    an idle ring keeps only its quiet grant */
     const char *name; /* for the log, e.g. the writer's pid; or NULL */
     /* called after each store of a new limit, for a wire that must send
      * it (verbs); or NULL */
@@ -372,6 +400,8 @@ typedef struct uct_remapring_ring_stats {
     uint64_t nremaps; /* slots remapped to a fresh block */
     uint64_t nwaits; /* times a slot had to wait for a free block */
     uint64_t ncredits; /* limit updates */
+    uint64_t nreclaims; /* requests to give back credit */
+    uint64_t nreclaimed; /* slots given back */
 } uct_remapring_ring_stats_t;
 
 
@@ -416,6 +446,10 @@ struct uct_remapring_ring {
     uint64_t grant; /* backed - credited, at most, in bytes */
     uint64_t grant_min;
     uint64_t seen_stalls; /* of the writer, at the last grant change */
+    int reclaim; /* may ask the writer to give back credit */
+    int reclaim_open; /* a request is open */
+    uint64_t reclaim_seq; /* number of the last request */
+    uint64_t reclaim_to; /* the limit it asked for */
     ucs_status_t status; /* sticky error */
     char name[48]; /* for the log */
     void (*on_publish)(void *arg, uint64_t limit);
@@ -507,7 +541,11 @@ void uct_remapring_ring_flush_credits(uct_remapring_ring_t *ring);
 
 
 /**
- * The ring went quiet: grant only grant_min from now on; reader side.
+ * The ring went quiet: grant only grant_min from now on, and ask the writer
+ * to give back what is backed past it (a ring made with params.reclaim);
+ * reader side. The slots come back when a poll or
+ * uct_remapring_ring_flush_credits() finds the ring empty after the writer
+ * answered.
  */
 void uct_remapring_ring_idle(uct_remapring_ring_t *ring);
 
@@ -538,6 +576,7 @@ typedef struct uct_remapring_ring_writer_stats {
     uint64_t npads; /* PAD records written */
     uint64_t nno_resource; /* sends refused for lack of credit */
     uint64_t ncredit_reads; /* limit loads */
+    uint64_t nyields; /* requests to give back credit answered */
 } uct_remapring_ring_writer_stats_t;
 
 
@@ -547,7 +586,9 @@ typedef struct uct_remapring_ring_writer_stats {
 typedef struct uct_remapring_ring_writer {
     uct_remapring_wire_t *wire;
     uint64_t tail; /* next record offset */
-    uint64_t limit; /* the reader's limit, as last loaded */
+    uint64_t limit; /* the reader's limit, as last loaded, or the bound
+                       the writer keeps to since it answered a reclaim */
+    uint64_t yielded; /* last reclaim request answered */
     uint64_t nonce;
     size_t block_size;
     size_t window_size;
@@ -587,6 +628,19 @@ ucs_status_t uct_remapring_ring_writer_send(uct_remapring_ring_writer_t *writer,
 
 
 /**
+ * Answer the reader's request to give back credit, if there is a new one
+ * (see the top of this file); writer side: from time to time while there is
+ * nothing to send, and before the limit is reloaded. From then on the
+ * writer keeps below the limit the reader lowered, or below its tail if it
+ * already wrote past that.
+ *
+ * @return 1 if it answered: the reader should be woken to take the slots
+ *         back; 0 if there was no new request, or the wire has none.
+ */
+int uct_remapring_ring_writer_yield(uct_remapring_ring_writer_t *writer);
+
+
+/**
  * Whether a record with @a length payload bytes would fit now, without
  * reloading the limit; writer side.
  */
@@ -622,8 +676,12 @@ uct_remapring_ring_writer_can_send(uct_remapring_ring_writer_t *writer,
         return 1;
     }
 
-    writer->stats.ncredit_reads++;
-    writer->limit = uct_remapring_wire_limit(writer->wire);
+    /* a reclaim is answered before the limit is reloaded: the reader may
+     * have lowered it under the tail */
+    if (!uct_remapring_ring_writer_yield(writer)) {
+        writer->stats.ncredit_reads++;
+        writer->limit = uct_remapring_wire_limit(writer->wire);
+    }
     if (uct_remapring_ring_writer_has_credit(writer, length)) {
         return 1;
     }

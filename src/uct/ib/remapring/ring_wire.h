@@ -72,6 +72,12 @@ typedef struct uct_remapring_wire_ops {
     uint64_t (*limit)(uct_remapring_wire_t *wire);
     /** Tell the reader the writer ran out of credit (the stalls word). */
     void (*stalled)(uct_remapring_wire_t *wire);
+    /** The number of the reader's last request to give back credit (the
+     *  reclaim word, load-acquired); NULL if the wire carries none. */
+    uint64_t (*reclaim)(uct_remapring_wire_t *wire);
+    /** Answer request @a seq: the writer keeps below @a bound from now on
+     *  (bound, then the yielded word with release). */
+    void (*yield)(uct_remapring_wire_t *wire, uint64_t seq, uint64_t bound);
     /** Free the wire. */
     void (*destroy)(uct_remapring_wire_t *wire);
 } uct_remapring_wire_ops_t;
@@ -142,6 +148,16 @@ static inline void uct_remapring_wire_stalled(uct_remapring_wire_t *wire)
  * alone writes it). For wires that see the control words in memory.
  */
 void uct_remapring_wire_ctl_stalled(uct_remapring_ring_ctl_t *ctl);
+
+
+/**
+ * The reclaim word of @a ctl, load-acquired; and the answer to it (bound,
+ * then yielded with release). For wires that see the control words in
+ * memory.
+ */
+uint64_t uct_remapring_wire_ctl_reclaim(uct_remapring_ring_ctl_t *ctl);
+void uct_remapring_wire_ctl_yield(uct_remapring_ring_ctl_t *ctl, uint64_t seq,
+                                  uint64_t bound);
 
 
 /**

@@ -130,6 +130,17 @@ static void uct_remapring_wire_cma_stalled(uct_remapring_wire_t *wire)
     uct_remapring_wire_ctl_stalled(((uct_remapring_wire_cma_t*)wire)->ctl);
 }
 
+static uint64_t uct_remapring_wire_cma_reclaim(uct_remapring_wire_t *wire)
+{
+    return uct_remapring_wire_ctl_reclaim(((uct_remapring_wire_cma_t*)wire)->ctl);
+}
+
+static void uct_remapring_wire_cma_yield(uct_remapring_wire_t *wire,
+                                         uint64_t seq, uint64_t bound)
+{
+    uct_remapring_wire_ctl_yield(((uct_remapring_wire_cma_t*)wire)->ctl, seq, bound);
+}
+
 static void uct_remapring_wire_cma_destroy(uct_remapring_wire_t *wire)
 {
     free(wire);
@@ -140,6 +151,8 @@ static const uct_remapring_wire_ops_t uct_remapring_wire_cma_ops = {
         .publish_tail  = uct_remapring_wire_cma_publish_tail,
         .limit         = uct_remapring_wire_cma_limit,
         .stalled       = uct_remapring_wire_cma_stalled,
+        .reclaim       = uct_remapring_wire_cma_reclaim,
+        .yield         = uct_remapring_wire_cma_yield,
         .destroy       = uct_remapring_wire_cma_destroy};
 
 ucs_status_t uct_remapring_wire_cma_create(pid_t pid, uint64_t remote_view,

@@ -55,6 +55,17 @@ static void uct_remapring_wire_local_stalled(uct_remapring_wire_t *wire)
     uct_remapring_wire_ctl_stalled(((uct_remapring_wire_local_t*)wire)->ctl);
 }
 
+static uint64_t uct_remapring_wire_local_reclaim(uct_remapring_wire_t *wire)
+{
+    return uct_remapring_wire_ctl_reclaim(((uct_remapring_wire_local_t*)wire)->ctl);
+}
+
+static void uct_remapring_wire_local_yield(uct_remapring_wire_t *wire,
+                                         uint64_t seq, uint64_t bound)
+{
+    uct_remapring_wire_ctl_yield(((uct_remapring_wire_local_t*)wire)->ctl, seq, bound);
+}
+
 static void uct_remapring_wire_local_destroy(uct_remapring_wire_t *wire)
 {
     free(wire);
@@ -65,6 +76,8 @@ static const uct_remapring_wire_ops_t uct_remapring_wire_local_ops = {
         .publish_tail  = uct_remapring_wire_local_publish_tail,
         .limit         = uct_remapring_wire_local_limit,
         .stalled       = uct_remapring_wire_local_stalled,
+        .reclaim       = uct_remapring_wire_local_reclaim,
+        .yield         = uct_remapring_wire_local_yield,
         .destroy       = uct_remapring_wire_local_destroy};
 
 ucs_status_t uct_remapring_wire_local_create(void *view, size_t window_size,

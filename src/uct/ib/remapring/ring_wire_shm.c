@@ -118,6 +118,17 @@ static void uct_remapring_wire_shm_stalled(uct_remapring_wire_t *wire)
     uct_remapring_wire_ctl_stalled(((uct_remapring_wire_shm_t*)wire)->ctl);
 }
 
+static uint64_t uct_remapring_wire_shm_reclaim(uct_remapring_wire_t *wire)
+{
+    return uct_remapring_wire_ctl_reclaim(((uct_remapring_wire_shm_t*)wire)->ctl);
+}
+
+static void uct_remapring_wire_shm_yield(uct_remapring_wire_t *wire,
+                                         uint64_t seq, uint64_t bound)
+{
+    uct_remapring_wire_ctl_yield(((uct_remapring_wire_shm_t*)wire)->ctl, seq, bound);
+}
+
 static void uct_remapring_wire_shm_destroy(uct_remapring_wire_t *wire)
 {
     uct_remapring_wire_shm_t *shm = (uct_remapring_wire_shm_t*)wire;
@@ -132,6 +143,8 @@ static const uct_remapring_wire_ops_t uct_remapring_wire_shm_ops = {
     .publish_tail  = uct_remapring_wire_shm_publish_tail,
     .limit         = uct_remapring_wire_shm_limit,
     .stalled       = uct_remapring_wire_shm_stalled,
+    .reclaim       = uct_remapring_wire_shm_reclaim,
+    .yield         = uct_remapring_wire_shm_yield,
     .destroy       = uct_remapring_wire_shm_destroy
 };
 
