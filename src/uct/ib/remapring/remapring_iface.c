@@ -115,10 +115,11 @@ static ucs_config_field_t uct_remapring_iface_config_table[] = {
 
     {"IDLE_SLOTS", "2",
      "Ring slots granted to a sender on the shm wire while it is quiet: what\n"
-     "an idle connected sender holds of the pool. Each time the sender runs\n"
-     "out of credit its grant doubles, up to RING_SLOTS, while the pool has\n"
-     "room; it falls back when its ring goes quiet. A power of two between\n"
-     "1 and RING_SLOTS.",
+     "an idle connected sender holds of the pool (at least 2). Each time the\n"
+     "sender runs out of credit its grant doubles, up to RING_SLOTS, while\n"
+     "the pool has room; when its ring goes quiet the receiver asks for the\n"
+     "slots past this grant back, and the sender gives them back from its\n"
+     "progress. A power of two between 1 and RING_SLOTS.",
      ucs_offsetof(uct_remapring_iface_config_t, idle_slots),
      UCS_CONFIG_TYPE_UINT},
 
