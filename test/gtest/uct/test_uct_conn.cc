@@ -301,3 +301,72 @@ TEST_F(test_uct_conn, stale_doorbell_before_pid)
 }
 
 } // namespace
+
+/* A sender reads its connection's armed word without a fence after it
+ * publishes, so a record published while the receiver arms can miss its
+ * bell: the sender reads armed before the receiver's store of it reaches
+ * it. Here the sender finds armed cleared (the test clears it once the
+ * receiver's ring sleeps), so it rings no bell; the receiver's sweep of its
+ * sleeping rings finds the record. */
+TEST_F(test_uct_conn, missed_bell_found_by_sweep)
+{
+    const uint8_t am_id = 5;
+    static unsigned received;
+    entity *rx = create_entity();
+    ASSERT_NE(nullptr, rx);
+    entity *tx = create_entity();
+    ASSERT_NE(nullptr, tx);
+
+    received = 0;
+    ASSERT_EQ(UCS_OK, uct_iface_set_am_handler(
+                              rx->iface, am_id,
+                              [](void *, void *, size_t,
+                                 unsigned) -> ucs_status_t {
+                                  ++received;
+                                  return UCS_OK;
+                              },
+                              nullptr, 0));
+    uct_ep_h ep = nullptr;
+    ASSERT_EQ(UCS_OK, tx->ep_create(rx->dev_addr.data(),
+                                    rx->iface_addr.data(), &ep));
+    ASSERT_TRUE(wait_for([&]() {
+        return uct_ep_am_short(ep, am_id, 1, NULL, 0) == UCS_OK;
+    }));
+    ASSERT_TRUE(wait_for([&]() { return received == 1; }));
+
+    /* the receiver's control area, as the sender maps it */
+    auto *addr = (const uct_remapring_iface_addr_t*)rx->iface_addr.data();
+    struct stat st;
+    ASSERT_EQ(0, fstat(addr->ctl_fd, &st));
+    void *map = mmap(NULL, st.st_size, PROT_READ | PROT_WRITE, MAP_SHARED,
+                     addr->ctl_fd, 0);
+    ASSERT_NE(MAP_FAILED, map);
+    auto *ctl   = (uct_remapring_ctl_t*)map;
+    auto *conns = uct_remapring_ctl_conns(ctl, ctl->max_peers);
+    uct_remapring_conn_t *conn = nullptr;
+    for (unsigned i = 0; i < ctl->max_peers; ++i) {
+        if (uct_remapring_conn_state(&conns[i]) == UCT_REMAPRING_CONN_READY) {
+            conn = &conns[i];
+        }
+    }
+    ASSERT_NE(nullptr, conn);
+
+    /* the ring goes to sleep on its doorbell; the sender does not see it */
+    EXPECT_TRUE(wait_for([&]() {
+        return __atomic_load_n(&conn->armed, __ATOMIC_RELAXED) != 0;
+    }));
+    for (int i = 0; i < 100; ++i) {
+        rx->progress();
+    }
+    __atomic_store_n(&conn->armed, 0, __ATOMIC_RELAXED);
+
+    ASSERT_EQ(UCS_OK, uct_ep_am_short(ep, am_id, 2, NULL, 0));
+    unsigned calls = 0;
+    while ((received < 2) && (calls < 100000)) {
+        rx->progress();
+        ++calls;
+    }
+    EXPECT_EQ(2u, received) << "a record without its bell was lost";
+    EXPECT_LE(calls, 17u) << "one sleeping ring: found within a sweep period";
+    munmap(map, st.st_size);
+}

@@ -57,13 +57,22 @@
  * READY or CLAIMED under an OPEN header is a failed connection.
  *
  * Doorbells: a receiver that found a ring empty arms its connection, fences,
- * and looks at the ring once more; a sender that published fences, and if
- * it finds the connection armed, disarms it (exchange), sets its bit in
- * active[] and then the word's bit in summary. The fences on both sides
- * order each one's store before its load, so a record published while the
- * receiver was arming is seen by one of the two looks. The receiver takes
- * summary, then each flagged word (exchange), and wakes those connections:
- * progress costs O(active senders).
+ * and looks at the ring once more; a sender that published reads armed
+ * (no fence), and if it finds the connection armed, disarms it (exchange),
+ * sets its bit in active[] and then the word's bit in summary. The
+ * receiver takes summary, then each flagged word (exchange), and wakes
+ * those connections: progress costs O(active senders).
+ * The sender does not fence between its publish and its read of armed: a
+ * full fence there waits for every store of the record to reach the
+ * receiver's cache, and cost most of a sender's time per message. So a
+ * record published while the receiver was arming can be missed by both
+ * looks (each side's load passing its own store), and the bell not rung.
+ * The receiver covers that case itself: now and then (every
+ * UCT_REMAPRING_RX_SWEEP_PERIOD progress calls) it looks at one of its
+ * sleeping rings, in turn, and wakes it if it is not empty. A record is
+ * thus never lost; in that rare race it waits for the sweep (at most
+ * sleeping rings x the period, in progress calls). A close or a reclaim
+ * answer rings unconditionally or is found the same way.
  *
  * Liveness: another process is watched through a pidfd, which also sees a
  * zombie as gone, or by its pid where pidfd_open is unavailable (Linux
@@ -504,7 +513,8 @@ static inline void uct_remapring_remote_ring_bell(uct_remapring_remote_t *remote
     uct_remapring_conn_t *conn = remote->conn;
     unsigned index             = remote->index;
 
-    __atomic_thread_fence(__ATOMIC_SEQ_CST);
+    /* no fence: see Doorbells at the top of this file */
+    __atomic_signal_fence(__ATOMIC_SEQ_CST);
     if (!__atomic_load_n(&conn->armed, __ATOMIC_RELAXED) ||
         !__atomic_exchange_n(&conn->armed, 0, __ATOMIC_ACQ_REL)) {
         return;

@@ -152,9 +152,10 @@ ucs_status_t uct_remapring_peer_replay(uct_remapring_peer_t *peer);
 unsigned uct_remapring_ep_progress_pending(uct_remapring_iface_t *iface);
 
 /**
- * Look at the rings of a few receivers, the next ones in turn, for requests
- * to give back credit; answer one, and wake its receiver. Bounded work per
- * call, whatever the number of receivers.
+ * Look at the ring of the next receiver in turn (found among a bounded
+ * number of hash buckets) for a request to give back credit; answer it, and
+ * wake the receiver. Bounded work per call, whatever the number of
+ * receivers.
  */
 void uct_remapring_ep_yield_some(uct_remapring_iface_t *iface);
 

@@ -343,6 +343,11 @@ uct_remapring_iface_config_check(const uct_remapring_iface_config_t *config)
  * of progress, longer than a round trip between two processes */
 #define UCT_REMAPRING_RX_ARM_AFTER 256
 
+/* Progress calls between two looks at a sleeping ring, in turn, for a
+ * record whose bell was not rung (remapring_conn.h, Doorbells); a power of
+ * two */
+#define UCT_REMAPRING_RX_SWEEP_PERIOD 16
+
 /* Free connections kept with a ring made in advance */
 #define UCT_REMAPRING_RX_OFFERS 2
 
@@ -514,21 +519,56 @@ static void uct_remapring_iface_release_desc(uct_recv_desc_t *self,
 
 /* ------------------------------------------------------------ receive side */
 
+static void uct_remapring_rx_set_idle(uct_remapring_rx_conn_t *rx_conn)
+{
+    if (rx_conn->active != UCT_REMAPRING_RX_IDLE) {
+        rx_conn->active = UCT_REMAPRING_RX_IDLE;
+        ucs_list_del(&rx_conn->list);
+    }
+}
+
 static void uct_remapring_rx_set_active(uct_remapring_iface_t *iface,
                                         uct_remapring_rx_conn_t *rx_conn)
 {
-    if (!rx_conn->active) {
-        rx_conn->active     = 1;
+    if (rx_conn->active != UCT_REMAPRING_RX_ACTIVE) {
+        uct_remapring_rx_set_idle(rx_conn);
+        rx_conn->active     = UCT_REMAPRING_RX_ACTIVE;
         rx_conn->idle_polls = 0;
         ucs_list_add_tail(&iface->rx.active, &rx_conn->list);
     }
 }
 
-static void uct_remapring_rx_set_idle(uct_remapring_rx_conn_t *rx_conn)
+/* The ring sleeps on its doorbell, and on the sweep */
+static void uct_remapring_rx_set_asleep(uct_remapring_iface_t *iface,
+                                        uct_remapring_rx_conn_t *rx_conn)
 {
-    if (rx_conn->active) {
-        rx_conn->active = 0;
+    uct_remapring_rx_set_idle(rx_conn);
+    rx_conn->active = UCT_REMAPRING_RX_ASLEEP;
+    ucs_list_add_tail(&iface->rx.asleep, &rx_conn->list);
+}
+
+static void uct_remapring_rx_conn_wake(void *arg, unsigned index);
+
+/* One sleeping ring, the next in turn: awake if a record or a close came
+ * without its bell (remapring_conn.h, Doorbells) */
+static UCS_F_NOINLINE void uct_remapring_rx_sweep(uct_remapring_iface_t *iface)
+{
+    uct_remapring_rx_conn_t *rx_conn = ucs_list_head(&iface->rx.asleep,
+                                                     uct_remapring_rx_conn_t,
+                                                     list);
+    unsigned index                   = rx_conn - iface->rx.rx_conns;
+
+    if (uct_remapring_conn_state(&iface->rx.ctl.conns[index]) !=
+        UCT_REMAPRING_CONN_READY) {
+        /* as if its bell rang: a close, or a state out of turn */
+        uct_remapring_rx_conn_wake(iface, index);
+        iface->rx.nswept++;
+    } else if (!uct_remapring_ring_is_empty(rx_conn->ring)) {
+        uct_remapring_rx_set_active(iface, rx_conn);
+        iface->rx.nswept++;
+    } else {
         ucs_list_del(&rx_conn->list);
+        ucs_list_add_tail(&iface->rx.asleep, &rx_conn->list);
     }
 }
 
@@ -980,7 +1020,7 @@ static unsigned uct_remapring_rx_conn_poll(uct_remapring_iface_t *iface,
     uct_remapring_ring_idle(ring);
     uct_remapring_ctl_arm(&iface->rx.ctl, index);
     if (uct_remapring_ring_is_empty(ring)) {
-        uct_remapring_rx_set_idle(rx_conn);
+        uct_remapring_rx_set_asleep(iface, rx_conn);
         uct_remapring_ring_flush_credits(ring);
         if (ucs_unlikely(ring->status != UCS_OK)) {
             uct_remapring_rx_conn_fail(iface, index, NULL); /* logged */
@@ -1023,6 +1063,11 @@ static unsigned uct_remapring_iface_progress(uct_iface_h tl_iface)
     count += uct_remapring_ep_progress_pending(iface);
 
     ++iface->progress_calls;
+    if (ucs_unlikely(!ucs_list_is_empty(&iface->rx.asleep) &&
+                     ((iface->progress_calls &
+                       (UCT_REMAPRING_RX_SWEEP_PERIOD - 1)) == 0))) {
+        uct_remapring_rx_sweep(iface);
+    }
     if (ucs_unlikely((iface->progress_calls &
                       (UCT_REMAPRING_YIELD_PERIOD - 1)) == 0)) {
         if (iface->progress_calls >= UCT_REMAPRING_CHECK_PERIOD) {
@@ -1307,6 +1352,8 @@ static UCS_CLASS_INIT_FUNC(uct_remapring_iface_t, uct_md_h md,
     self->tx.max_short       = ucs_min(config->max_short, self->tx.max_bcopy);
     uct_remapring_iface_perf_init(self, config);
     ucs_list_head_init(&self->rx.active);
+    ucs_list_head_init(&self->rx.asleep);
+    self->rx.nswept = 0;
     ucs_list_head_init(&self->tx.blocked);
     ucs_arbiter_init(&self->tx.arbiter);
     kh_init_inplace(uct_remapring_peers, &self->tx.peers);

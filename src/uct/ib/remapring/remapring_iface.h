@@ -71,6 +71,13 @@ typedef struct uct_remapring_iface_config {
 typedef struct uct_remapring_iface uct_remapring_iface_t;
 
 
+/* Where a receiver's connection is polled */
+enum {
+    UCT_REMAPRING_RX_IDLE   = 0, /* not polled: no ring, failed, closing */
+    UCT_REMAPRING_RX_ACTIVE = 1, /* polled by every progress call */
+    UCT_REMAPRING_RX_ASLEEP = 2  /* waits for its doorbell, and the sweep */
+};
+
 typedef struct uct_remapring_rx_conn {
     uct_remapring_iface_t *iface;
     uct_remapring_ring_t *ring;   /* NULL until the sender claimed it */
@@ -78,9 +85,9 @@ typedef struct uct_remapring_rx_conn {
     uint64_t             sender_id; /* of the sender it accepted */
     int                  failed;  /* FAILED by us: never drained */
     int                  offered; /* ring made in advance, no sender yet */
-    int                  active;  /* on the iface's active list */
+    int                  active;  /* UCT_REMAPRING_RX_{IDLE,ACTIVE,ASLEEP} */
     unsigned             idle_polls; /* empty polls since the last record */
-    ucs_list_link_t      list;    /* in iface->rx.active */
+    ucs_list_link_t      list;    /* in iface->rx.active or rx.asleep */
 } uct_remapring_rx_conn_t;
 
 
@@ -106,6 +113,9 @@ struct uct_remapring_iface {
         uct_remapring_pool_t     *pool;
         uct_remapring_rx_conn_t  *rx_conns;  /* [max_peers] */
         ucs_list_link_t          active;     /* rx_conns with data */
+        ucs_list_link_t          asleep;     /* rx_conns on their doorbell,
+                                                swept in turn */
+        uint64_t                 nswept;     /* woken by the sweep */
         unsigned                 nconns;     /* rings of senders */
         unsigned                 noffered;   /* rings made in advance */
         unsigned                 offer_cursor; /* where to look for more */

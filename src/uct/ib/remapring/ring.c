@@ -657,11 +657,21 @@ void uct_remapring_ring_consume(uct_remapring_ring_t *ring,
     }
 }
 
+/* Blocks became free: let the rings waiting for one (oldest first) take
+ * them */
+static void uct_remapring_ring_wake_waiters(uct_remapring_pool_t *pool)
+{
+    uct_remapring_ring_t *ring, *tmp;
+
+    ucs_list_for_each_safe(ring, tmp, &pool->waiters, list) {
+        uct_remapring_ring_credit(ring);
+    }
+}
+
 ucs_status_t
 uct_remapring_ring_release(uct_remapring_pool_t *pool, const void *addr)
 {
     uint32_t index = uct_remapring_pool_block_of(pool, addr);
-    uct_remapring_ring_t *ring, *tmp;
 
     if ((index == UCT_REMAPRING_POOL_BLOCK_NONE) ||
         (pool->blocks[index].nholds == 0)) {
@@ -683,12 +693,8 @@ uct_remapring_ring_release(uct_remapring_pool_t *pool, const void *addr)
         break;
     }
 
-    /* A block became free, or a waiting ring's own block lost its holds:
-     * let the waiters (oldest first) take it */
-    ucs_list_for_each_safe(ring, tmp, &pool->waiters, list) {
-        uct_remapring_ring_credit(ring);
-    }
-
+    /* A block became free, or a waiting ring's own block lost its holds */
+    uct_remapring_ring_wake_waiters(pool);
     return UCS_OK;
 }
 
@@ -719,8 +725,12 @@ static void uct_remapring_ring_reclaimed(uct_remapring_ring_t *ring)
     }
 
     /* No record of this lap is at or past the bound; the slots past it were
-     * never read (head <= bound) and hold nothing */
-    end = (bound + ring->block_size - 1) & ~(uint64_t)(ring->block_size - 1);
+     * never read (head <= bound) and hold nothing. The quiet grant past
+     * the credited slot stays (the head may have moved past what was asked
+     * for meanwhile), so that any record fits */
+    end = ucs_max((bound + ring->block_size - 1) &
+                          ~(uint64_t)(ring->block_size - 1),
+                  ring->credited + uct_remapring_ring_reclaim_grant(ring));
     while (ring->backed > end) {
         ring->backed -= ring->block_size;
         slot          = uct_remapring_ring_slot(ring, ring->backed);
@@ -728,7 +738,12 @@ static void uct_remapring_ring_reclaimed(uct_remapring_ring_t *ring)
         uct_remapring_ring_set_slot(ring, slot, UCT_REMAPRING_POOL_BLOCK_NONE);
         ring->stats.nreclaimed++;
     }
+
+    /* the writer keeps below its bound until it loads a new limit: what is
+     * backed now, at once */
     ring->limit = bound;
+    uct_remapring_ring_publish(ring);
+    uct_remapring_ring_wake_waiters(ring->pool);
 }
 
 void uct_remapring_ring_flush_credits(uct_remapring_ring_t *ring)

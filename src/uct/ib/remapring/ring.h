@@ -83,10 +83,12 @@
  *           and wakes the reader.
  *   reader  when it finds the ring empty and yielded == n (load-acquire),
  *           checks r <= bound <= L, head <= bound, and (TAIL) tail <=
- *           bound, else the ring fails; takes back the slots at and past bound rounded up to a
- *           slot (no record of this lap can be there: the writer keeps below
- *           bound, and those slots were never read), and sets ring->limit =
- *           bound, so nothing past it is ever read.
+ *           bound, else the ring fails; takes back the slots at and past
+ *           bound rounded up to a slot, but keeps the quiet grant past the
+ *           credited slot (no record of this lap can be in those taken:
+ *           the writer keeps below bound, and they were never read); then
+ *           publishes what stays backed as the new limit, and lets rings
+ *           waiting for a block take the freed ones.
  * A limit the reader publishes while a request is open cancels it (a later
  * answer to it is ignored), and it is the only store that raises the limit
  * again, so a writer never reads a limit above its bound that the reader
