@@ -258,7 +258,10 @@ TEST_P(test_uct_failure_wire, receiver_killed_before_accept)
     scoped_log_capture log;
     uint64_t seq = 1;
     ucs_status_t status;
-    while ((status = retry([&]() { return send(ep, seq); }, 0.2)) ==
+    /* a bound for "hangs", not a speed: the sender looks at the
+     * receiver's process every 1024 refused sends, which under ASan and a
+     * loaded machine took longer than 0.2 s */
+    while ((status = retry([&]() { return send(ep, seq); }, 5.0)) ==
            UCS_OK) {
         ASSERT_LE(++seq, 16u * 65536 / 64)
                 << "more sends to a dead receiver than a ring holds";
