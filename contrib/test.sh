@@ -4,7 +4,7 @@
 #
 # Build everything (contrib/build.sh) and run the whole test suite with ctest.
 #
-# usage: contrib/test.sh [--asan | --valgrind] [ctest arguments...]
+# usage: contrib/test.sh [--asan | --tsan | --valgrind] [ctest arguments...]
 #   (none)      build in BUILD_DIR (default build/) and run every test:
 #               each GoogleTest case, the shell tests (*.sh) that drive
 #               the stock UCX tools with the module preloaded, and UCX's
@@ -14,6 +14,14 @@
 #   --asan      build with AddressSanitizer in BUILD_DIR (default
 #               build-asan/) and run the GoogleTest cases under it; leaks
 #               fail a test, contrib/lsan.supp lists the accepted ones
+#   --tsan      build with ThreadSanitizer in BUILD_DIR (default
+#               build-tsan/) and run, unless -R names others, the cases of
+#               the ring engine (writer and reader in two threads,
+#               reclaims), the memory cache and the notifier (its monitor
+#               thread) under it; a report fails the case, fork tests skip.
+#               UCX's own libraries are not instrumented, and UCM's mmap
+#               hooks are turned off (UCX_MEM_MMAP_HOOK_MODE=none: its
+#               madvise hook runs in exiting threads TSan no longer tracks)
 #   --valgrind  build as with no option, then run each GoogleTest case under
 #               valgrind memcheck (REMAPRING_TEST_WRAPPER, see
 #               test/gtest/CTestTestfile.cmake.in): an error or a definite
@@ -24,7 +32,7 @@
 #               notifier stress) skip, with the reason in their output
 #   Run as root with no free huge page, it reserves four 2 MiB pages
 #   (vm.nr_hugepages) for the hugetlb cases and restores the setting after.
-#   Under --asan and --valgrind the shell tests and UCX's suites are left
+#   Under --asan, --tsan and --valgrind the shell tests and UCX's suites are left
 #   out: they preload the module into stock programs, which host neither.
 #   (--valgrind-case is internal: the command each case runs through under
 #   --valgrind.)
@@ -36,7 +44,7 @@ top=$(cd "$(dirname "$0")/.." && pwd)
 
 mode=
 case "${1:-}" in
---asan|--valgrind) mode=$1; shift ;;
+--asan|--tsan|--valgrind) mode=$1; shift ;;
 --valgrind-case)
     # internal: REMAPRING_TEST_WRAPPER runs each case as
     #   test.sh --valgrind-case libtool --mode=execute valgrind ... PROGRAM
@@ -73,6 +81,21 @@ case "$mode" in
     # full stacks through UCX's libraries, built without frame pointers
     export ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1:abort_on_error=0:fast_unwind_on_malloc=0}
     export LSAN_OPTIONS=${LSAN_OPTIONS:-suppressions=$top/contrib/lsan.supp:print_suppressions=0}
+    ;;
+--tsan)
+    export BUILD_DIR=${BUILD_DIR:-$top/build-tsan}
+    "$top/contrib/build.sh" --disable-werror \
+        CFLAGS="-O1 -g -fsanitize=thread" CXXFLAGS="-O1 -g -fsanitize=thread" \
+        LDFLAGS="-fsanitize=thread"
+    export TSAN_OPTIONS=${TSAN_OPTIONS:-halt_on_error=1:exitcode=66}
+    export UCX_MEM_MMAP_HOOK_MODE=none
+    # without -R: the cases with threads of ours that TSan can follow.
+    # race_stress and rcache_nohooks map at fixed addresses, which TSan's
+    # own layout refuses ("mmap at bad address")
+    case " $* " in
+    *" -R "*) ;;
+    *) set -- -R '^(ring|memcache|notifier)/' -E 'race_stress' "$@" ;;
+    esac
     ;;
 --valgrind)
     export BUILD_DIR=${BUILD_DIR:-$top/build}

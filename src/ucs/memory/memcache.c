@@ -341,6 +341,14 @@ static inline void ucs_memcache_flag_clear(ucs_memcache_region_t *region,
     __atomic_and_fetch(&region->flags, ~flag, __ATOMIC_ACQ_REL);
 }
 
+/* Whether @a flag is set; read atomically too (ThreadSanitizer: a plain
+ * read beside the monitor's atomic update is a data race) */
+static inline int ucs_memcache_flag_test(ucs_memcache_region_t *region,
+                                         uint32_t flag)
+{
+    return !!(__atomic_load_n(&region->flags, __ATOMIC_ACQUIRE) & flag);
+}
+
 static inline ucs_memcache_region_t *ucs_memcache_region(ucs_range_t *range)
 {
     return ucs_container_of(range, ucs_memcache_region_t, range);
@@ -389,7 +397,7 @@ static void ucs_memcache_region_release(ucs_memcache_t *cache,
     if (region->watch != NULL) {
         ucs_ummunotify_unregister(region->watch);
     }
-    if ((region->flags & UCS_MEMCACHE_REGION_REGISTERED) &&
+    if (ucs_memcache_flag_test(region, UCS_MEMCACHE_REGION_REGISTERED) &&
         (cache->params.dereg != NULL)) {
         cache->params.dereg(cache->params.arg, region);
     }
@@ -405,8 +413,8 @@ static void ucs_memcache_gc(ucs_memcache_t *cache)
     }
 
     pthread_rwlock_wrlock(&cache->lock);
-    region         = cache->garbage;
-    cache->garbage = NULL;
+    region = cache->garbage;
+    __atomic_store_n(&cache->garbage, NULL, __ATOMIC_RELAXED);
     pthread_rwlock_unlock(&cache->lock);
 
     for (; region != NULL; region = next) {
@@ -425,14 +433,14 @@ static int ucs_memcache_unlink(ucs_memcache_t *cache,
                                ucs_memcache_region_t *region)
 {
     ucs_memcache_flag_set(region, UCS_MEMCACHE_REGION_INVALID);
-    if (!(region->flags & UCS_MEMCACHE_REGION_IN_TABLE)) {
+    if (!ucs_memcache_flag_test(region, UCS_MEMCACHE_REGION_IN_TABLE)) {
         return 0; /* not inserted yet: the miss path sees INVALID */
     }
 
     ucs_memcache_remove(cache, region);
     if (__atomic_sub_fetch(&region->refcount, 1, __ATOMIC_ACQ_REL) == 0) {
-        region->next   = cache->garbage;
-        cache->garbage = region;
+        region->next = cache->garbage;
+        __atomic_store_n(&cache->garbage, region, __ATOMIC_RELAXED);
         return 1;
     }
     return 0;
@@ -696,7 +704,7 @@ ucs_status_t ucs_memcache_get(ucs_memcache_t *cache, void *address,
             ucs_memcache_flag_set(region, UCS_MEMCACHE_REGION_REGISTERED);
         }
 
-        if (region->flags & UCS_MEMCACHE_REGION_UNCACHED) {
+        if (ucs_memcache_flag_test(region, UCS_MEMCACHE_REGION_UNCACHED)) {
             __atomic_add_fetch(&cache->stats.uncached, 1, __ATOMIC_RELAXED);
             *region_p = region;
             return UCS_OK;
@@ -708,7 +716,7 @@ ucs_status_t ucs_memcache_get(ucs_memcache_t *cache, void *address,
             goto err_release;
         }
 
-        if (region->flags & UCS_MEMCACHE_REGION_INVALID) {
+        if (ucs_memcache_flag_test(region, UCS_MEMCACHE_REGION_INVALID)) {
             /* the memory changed while we classified/registered it */
             pthread_rwlock_unlock(&cache->lock);
             free(old);

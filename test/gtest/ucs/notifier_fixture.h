@@ -47,10 +47,12 @@ static inline bool uffd_available(std::string *why)
 
 /* GCC 12's ASan does not make its allocator fork-safe: a fork() child of
  * a multithreaded process can inherit one of its locks held and hang in the
- * first malloc() of a new thread. Fork tests skip under it. */
+ * first malloc() of a new thread; ThreadSanitizer does not support a child
+ * of a multithreaded fork() that starts threads. Fork tests skip under
+ * either. */
 static inline bool under_asan()
 {
-#if defined(__SANITIZE_ADDRESS__)
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
     return true;
 #else
     return false;

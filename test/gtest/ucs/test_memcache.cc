@@ -62,10 +62,10 @@ protected:
         memcache *self = (memcache*)arg;
         ++self->m_deregs;
         self->m_dereg_thread = pthread_self();
-        if (self->m_dereg_unmap != NULL) {
+        void *unmap    = self->m_dereg_unmap.exchange(nullptr);
+        if (unmap != NULL) {
             /* watched memory: the kernel makes this wait for the monitor */
-            munmap(self->m_dereg_unmap, PG(4));
-            self->m_dereg_unmap = NULL;
+            munmap(unmap, PG(4));
         }
     }
 
@@ -86,7 +86,9 @@ protected:
     ucs_memcache_t      *m_cache = NULL;
     std::atomic<int>    m_regs{0}, m_deregs{0};
     std::atomic<pthread_t> m_dereg_thread{};
-    void * volatile     m_dereg_unmap = NULL;
+    /* set by the test, taken by the worker thread: the only order between
+     * them is the kernel's (an unmap, a userfaultfd event) */
+    std::atomic<void*>  m_dereg_unmap{nullptr};
 };
 
 
@@ -251,7 +253,7 @@ TEST_F(memcache, remap_same_address)
 TEST_F(memcache, fork)
 {
     if (under_asan()) {
-        GTEST_SKIP() << "ASan's allocator is not fork-safe with threads";
+        GTEST_SKIP() << "fork() with threads: not under ASan or TSan";
     }
     void *p = map_anon(PG(4));
     auto r  = get(p, PG(4));

@@ -129,7 +129,8 @@ TEST_P(notifier, munmap_whole)
 {
     void *p = map_anon(PG(4));
     auto reg = watch(p, PG(4), 1);
-    uint64_t gen = *ucs_ummunotify_generation_ptr();
+    uint64_t gen = __atomic_load_n(ucs_ummunotify_generation_ptr(),
+                                   __ATOMIC_ACQUIRE);
 
     ASSERT_EQ(0, munmap(p, PG(4)));
     EXPECT_FALSE(ucs_ummunotify_reg_is_valid(reg));
@@ -711,7 +712,7 @@ TEST_F(notifier_uffd, monitor_never_deadlocks)
 TEST_F(notifier_uffd, fork_child)
 {
     if (under_asan()) {
-        GTEST_SKIP() << "ASan's allocator is not fork-safe with threads";
+        GTEST_SKIP() << "fork() with threads: not under ASan or TSan";
     }
     ucs_ummunotify_params_t params = {};
     ucs_ummunotify_t *n;
