@@ -106,12 +106,12 @@ while [ $# -gt 0 ]; do
 done
 if [ $full = yes ]; then
     : "${sizes:=8,64,1024,4096,65536,1048576,4194304}" "${reps:=3}"
-    : "${small:=200000}" "${large:=400}"
+    : "${small:=200000}" "${large:=2000}"
     : "${storm_sizes:=64,256,1024,4096,16384,65536}" "${storm_payload:=32m}"
     py_sizes=8,65536,1048576
 else
     : "${sizes:=8,4096,65536,1048576}" "${reps:=2}"
-    : "${small:=50000}" "${large:=100}"
+    : "${small:=50000}" "${large:=1000}"
     : "${storm_sizes:=256,4096,16384}" "${storm_payload:=16m}"
     py_sizes=8
 fi

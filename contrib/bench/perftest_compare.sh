@@ -17,7 +17,7 @@ usage: $0 [options]
               8,64,1024,4096,65536,1048576,4194304); each test runs at the
               sizes it can take (below)
   -n N        iterations below 64 KiB (default 200000)
-  -N N        iterations from 64 KiB on (default 400)
+  -N N        iterations from 64 KiB on (default 2000)
   -r N        runs; each figure is the median of the runs (default 3)
   -w LIST     remapring wires, comma separated (default shm,cma;
               UCX_REMAPRING_WIRE)
@@ -49,8 +49,8 @@ Tests and sizes:
   uct_put_bw       put_bw zcopy, every size, against cma
   uct_get          get zcopy, every size, against cma
   ucp_tag_lat, ucp_tag_bw, ucp_am_bw, ucp_stream_bw: every size
-Warm-up (-w): a tenth of the iterations, at least 20000 below 64 KiB, so
-that a remapring ring's first lap (its fresh blocks' page faults, its grant
+Warm-up (-w): a tenth of the iterations, at least 20000 below 64 KiB and
+4 MiB of messages from 64 KiB on, so that a remapring ring's first lap (its fresh blocks' page faults, its grant
 growing from IDLE_SLOTS) is not measured: the figures are steady state.
 Metrics, each the median of the runs: lat = median latency of a run (usec,
 one way), bw = overall bandwidth (MB/s, 2^20 bytes), rate = overall message
@@ -62,7 +62,7 @@ EOF
 here=$(cd "$(dirname "$0")" && pwd)
 sizes=8,64,1024,4096,65536,1048576,4194304
 small=200000
-large=400
+large=2000
 reps=3
 wires=shm,cma
 tests=uct_am_lat,uct_am_bw_short,uct_am_bw_bcopy,uct_am_bw_zcopy,uct_put_bw
@@ -131,11 +131,16 @@ batch() {
         local it wu
         if [ "$2" -ge 65536 ]; then it=$large; else it=$small; fi
         # warm-up: a tenth of the iterations, and at least 20000 messages
-        # below 64 KiB, past a remapring ring's first lap (1 MiB: its fresh
-        # blocks' page faults, its grant growing), which is start-up, not
-        # the steady state the figures are about
+        # below 64 KiB and 4 MiB of messages from 64 KiB on, past a
+        # remapring ring's first lap (1 MiB: its fresh blocks' page faults,
+        # its grant growing), which is start-up, not the steady state the
+        # figures are about
         wu=$((it / 10 + 1))
-        if [ "$2" -lt 65536 ] && [ $wu -lt 20000 ]; then wu=20000; fi
+        if [ "$2" -lt 65536 ]; then
+            [ $wu -ge 20000 ] || wu=20000
+        elif [ $((wu * $2)) -lt 4194304 ]; then
+            wu=$(((4194304 + $2 - 1) / $2))
+        fi
         echo "t$n ${*:4} -s $2 -n $it -w $wu" >> "$b"
         echo "t$n $1|$2|$3" >> "$i"
         n=$((n + 1))
