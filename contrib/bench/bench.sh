@@ -69,7 +69,10 @@ Metrics: lat = one-way latency (usec), bw = bandwidth (MB/s, 2^20 bytes),
 rate = messages/s, held = bytes held per payload byte. Ratios are
 remapring / posix+cma: for lat and held below 1 means remapring is ahead,
 for bw and rate above 1 ("+" in the table). Run it alone on the machine
-(e.g. under flock -x): the processes busy-poll.
+(e.g. under flock -x): the processes busy-poll. The footer gives the round
+trip of a cache line between the first two cpus (contrib/bench/c2c.c) at
+the start and the end of the run: the small-size ratios depend on it, and
+on a VM it can change from one run to the next (README, Benchmarks).
 EOF
 }
 
@@ -156,6 +159,21 @@ start=$SECONDS
 progress() {
     printf "bench: %s, %d s\n" "$*" $((SECONDS - start)) >&2
 }
+
+# c2c_measure: the round trip of a cache line between the first two cpus
+# (contrib/bench/c2c.c, built here), e.g. "460 ns"; "not measured" without
+# a compiler or a second cpu
+c2c_measure() {
+    local line
+    if [ ! -x "$tmp/c2c" ] &&
+       ! cc -O2 -pthread "$here/c2c.c" -o "$tmp/c2c" 2>/dev/null; then
+        echo "not measured"
+        return
+    fi
+    line=$("$tmp/c2c" 2>/dev/null) || { echo "not measured"; return; }
+    echo "${line##* round trip }"
+}
+c2c_start=$(c2c_measure)
 
 # with_transport TRANSPORT CMD...: runs CMD in the transport's environment
 with_transport() {
@@ -291,6 +309,7 @@ else
 fi
 
 # --- the table, the CSV, the plots ---------------------------------------------
+c2c_end=$(c2c_measure)
 elapsed=$((SECONDS - start))
 mode=$([ $full = yes ] && echo "--full" || echo "short run")
 machine="$(. /etc/os-release && echo "$PRETTY_NAME"), $(nproc) cores,"
@@ -306,6 +325,9 @@ machine+=" Linux $(uname -r), UCX $(ucx_info -v | sed -n 's/^# Version //p')"
     echo "$machine"
     echo "$mode: sizes $sizes, median of $reps runs, iterations $small" \
          "(< 64 KiB) / $large; $elapsed s"
+    # the small-size ratios depend on it (README, Benchmarks)
+    echo "cache line round trip between the first two cpus (c2c):" \
+         "$c2c_start at the start, $c2c_end at the end"
     [[ ,$parts, != *,storm,* ]] ||
         echo "storm: sizes $storm_sizes, $storm_payload held at each," \
              "the table in $out/storm.txt"

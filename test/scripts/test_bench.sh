@@ -56,4 +56,9 @@ awk -F, '$1 == "UCP storm held pool" && $2 == 4096 && $5 != "" && $6 != "" {
     fail "UCP storm held pool: not a figure from each remapring wire"
 [ -s "$tmp/out/storm.txt" ] || fail "no storm.txt"
 grep -q "^ratios: remapring / posix+cma" "$tmp/log" || fail "no ratios"
+# the cache line round trip, in ns (or why not, with fewer than two cpus)
+if [ "$(nproc)" -ge 2 ]; then
+    grep -Eq "^cache line round trip .*: [0-9]+ ns at the start, [0-9]+ ns" \
+        "$tmp/log" || fail "no cache line round trip in the footer"
+fi
 echo "PASS"
