@@ -47,7 +47,7 @@ static void *c2c_echo(void *arg)
 {
     uint64_t total = 2ull * C2C_ROUNDS * C2C_TRIPS, v;
 
-    if (c2c_pin(*(int*)arg) != 0) {
+    if (c2c_pin(*(int *)arg) != 0) {
         return NULL;
     }
     for (v = 1; v < total; v += 2) {
@@ -68,7 +68,7 @@ static double c2c_now(void)
 
 static int c2c_cmp(const void *a, const void *b)
 {
-    double x = *(const double*)a, y = *(const double*)b;
+    double x = *(const double *)a, y = *(const double *)b;
 
     return (x > y) - (x < y);
 }
