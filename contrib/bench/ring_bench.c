@@ -15,6 +15,8 @@
 #include <uct/ib/remapring/ring.h>
 #include <uct/ib/remapring/ring_wire.h>
 
+#include <ucs/sys/math.h>
+
 #include <getopt.h>
 #include <pthread.h>
 #include <sched.h>
@@ -22,6 +24,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -119,6 +122,8 @@ ring_bench_point(const ring_bench_opts_t *opts, size_t size, double hold_pct)
     uint64_t hold_threshold = (uint64_t)(hold_pct * 1e4 / 100.0);
     uint64_t nmsgs = 0, bytes = 0, sink = 0, nsamples = 0;
     double held_pool = 0, held_payload = 0, held_payload_now = 0;
+    double held_memfd = 0;
+    struct stat st;
     double start, elapsed, desc_ratio, per_msg;
     unsigned nheld = 0, i, bursts = 0;
     int ret = -1;
@@ -221,6 +226,13 @@ ring_bench_point(const ring_bench_opts_t *opts, size_t size, double hold_pct)
             /* steady state: sample what the holds keep, then let one go */
             uct_remapring_pool_get_stats(pool, &pool_stats);
             held_pool += (double)pool_stats.nheld_blocks * opts->block_size;
+            /* what the memfd holds beyond the ring's own window: the pages
+             * the holds keep after punching (and blocks not punched yet) */
+            if (fstat(pool->fd, &st) == 0) {
+                held_memfd += ucs_max((double)st.st_blocks * 512 -
+                                              (double)ring->window_size,
+                                      0.0);
+            }
             held_payload += held_payload_now;
             ++nsamples;
 
@@ -264,9 +276,10 @@ ring_bench_point(const ring_bench_opts_t *opts, size_t size, double hold_pct)
            pool_stats.nremaps ? pool_stats.remap_ns / 1e3 / pool_stats.nremaps :
                                 0.0);
     if ((nsamples > 0) && (held_payload > 0)) {
-        printf("%11.2f %11.2f", held_pool / held_payload, desc_ratio);
+        printf("%11.2f %11.2f %11.2f", held_pool / held_payload,
+               held_memfd / held_payload, desc_ratio);
     } else {
-        printf("%11s %11.2f", "-", desc_ratio);
+        printf("%11s %11s %11.2f", "-", "-", desc_ratio);
     }
     printf(" %9.0f %8u\n", per_msg, pool_stats.nblocks);
     fflush(stdout);
@@ -300,7 +313,12 @@ static void ring_bench_usage(const char *prog)
            "                 it were held\n"
            "  remap_us       cost of one remap (mmap MAP_FIXED)\n"
            "  pool/held      bytes of pool kept by holds per byte of held\n"
-           "                 payload (sampled in steady state)\n"
+           "                 payload (sampled in steady state), in whole\n"
+           "                 blocks\n"
+           "  memfd/held     what the pool memfd holds beyond the ring's\n"
+           "                 window, per byte of held payload: the pages\n"
+           "                 holds keep once the rest of their blocks is\n"
+           "                 punched, and kept blocks not punched yet\n"
            "  8K/held        the same for fixed 8 KiB receive descriptors\n"
            "  ring_B/msg     ring bytes one message takes (header, headroom,\n"
            "                 payload, 64-byte alignment)\n"
@@ -440,7 +458,7 @@ int main(int argc, char **argv)
            "interface; this ring: %zu KiB per peer + shared pool\n",
            4095 * 8192.0 / (1 << 20), opts.block_size * opts.nslots / 1024);
     printf("#  size  hold%%       msgs/s     GB/s   remaps/s  remap_us "
-           "  pool/held     8K/held ring_B/msg   blocks\n");
+           "  pool/held  memfd/held     8K/held ring_B/msg   blocks\n");
 
     for (i = 0; i < opts.nsizes; ++i) {
         for (j = 0; j < opts.nholds; ++j) {
