@@ -343,8 +343,8 @@ static inline void ucs_memcache_flag_clear(ucs_memcache_region_t *region,
 
 /* Whether @a flag is set; read atomically too (ThreadSanitizer: a plain
  * read beside the monitor's atomic update is a data race) */
-static inline int ucs_memcache_flag_test(ucs_memcache_region_t *region,
-                                         uint32_t flag)
+static inline int
+ucs_memcache_flag_test(ucs_memcache_region_t *region, uint32_t flag)
 {
     return !!(__atomic_load_n(&region->flags, __ATOMIC_ACQUIRE) & flag);
 }
