@@ -558,6 +558,11 @@ static UCS_F_NOINLINE void uct_remapring_rx_sweep(uct_remapring_iface_t *iface)
                                                      list);
     unsigned index                   = rx_conn - iface->rx.rx_conns;
 
+    /* to the back first: whatever happens below, the next sweep looks at
+     * the next ring */
+    ucs_list_del(&rx_conn->list);
+    ucs_list_add_tail(&iface->rx.asleep, &rx_conn->list);
+
     if (uct_remapring_conn_state(&iface->rx.ctl.conns[index]) !=
         UCT_REMAPRING_CONN_READY) {
         /* as if its bell rang: a close, or a state out of turn */
@@ -566,9 +571,6 @@ static UCS_F_NOINLINE void uct_remapring_rx_sweep(uct_remapring_iface_t *iface)
     } else if (!uct_remapring_ring_is_empty(rx_conn->ring)) {
         uct_remapring_rx_set_active(iface, rx_conn);
         iface->rx.nswept++;
-    } else {
-        ucs_list_del(&rx_conn->list);
-        ucs_list_add_tail(&iface->rx.asleep, &rx_conn->list);
     }
 }
 
