@@ -24,6 +24,10 @@ extern "C" {
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <cerrno>
+#include <cstring>
+#include <utility>
+
 using namespace remapring_test;
 
 namespace {
@@ -56,6 +60,10 @@ protected:
 
     void TearDown() override
     {
+        for (auto &m : m_ctl_maps) {
+            munmap(m.first, m.second);
+        }
+        m_ctl_maps.clear();
         for (auto &remote : m_remotes) {
             uct_remapring_remote_detach(remote.get(), &m_watch);
         }
@@ -107,6 +115,27 @@ protected:
         return remote;
     }
 
+    /* The control area of receiver @a rx, mapped as a sender maps it;
+     * unmapped at TearDown. nullptr (and a failure) if it cannot be */
+    uct_remapring_ctl_t *map_ctl(const entity *rx)
+    {
+        auto *addr = (const uct_remapring_iface_addr_t*)rx->iface_addr.data();
+        struct stat st;
+
+        if (fstat(addr->ctl_fd, &st) != 0) {
+            ADD_FAILURE() << "fstat of the control area: " << strerror(errno);
+            return nullptr;
+        }
+        void *map = mmap(NULL, st.st_size, PROT_READ | PROT_WRITE,
+                         MAP_SHARED, addr->ctl_fd, 0);
+        if (map == MAP_FAILED) {
+            ADD_FAILURE() << "mmap of the control area: " << strerror(errno);
+            return nullptr;
+        }
+        m_ctl_maps.emplace_back(map, st.st_size);
+        return (uct_remapring_ctl_t*)map;
+    }
+
     uct_remapring_conn_state_t state(unsigned index)
     {
         return uct_remapring_conn_state(&m_area.conns[index]);
@@ -128,6 +157,7 @@ protected:
     bool                     m_area_made  = false;
     bool                     m_watch_made = false;
     std::vector<std::unique_ptr<uct_remapring_remote_t>> m_remotes;
+    std::vector<std::pair<void*, size_t>> m_ctl_maps;
 };
 
 
@@ -241,13 +271,8 @@ TEST_F(test_uct_conn, stale_doorbell_before_pid)
 {
     entity *rx = create_entity();
     ASSERT_NE(nullptr, rx);
-    auto *addr = (const uct_remapring_iface_addr_t*)rx->iface_addr.data();
-    struct stat st;
-    ASSERT_EQ(0, fstat(addr->ctl_fd, &st));
-    void *map = mmap(NULL, st.st_size, PROT_READ | PROT_WRITE, MAP_SHARED,
-                     addr->ctl_fd, 0);
-    ASSERT_NE(MAP_FAILED, map);
-    auto *ctl       = (uct_remapring_ctl_t*)map;
+    auto *ctl       = map_ctl(rx);
+    ASSERT_NE(nullptr, ctl);
     unsigned peers  = ctl->max_peers;
     auto *conns     = uct_remapring_ctl_conns(ctl, peers);
     unsigned index  = peers;
@@ -297,7 +322,6 @@ TEST_F(test_uct_conn, stale_doorbell_before_pid)
         return uct_remapring_conn_state(conn) != UCT_REMAPRING_CONN_CLOSED;
     }));
     EXPECT_EQ(0, conn->sender_pid);
-    munmap(map, st.st_size);
 }
 
 } // namespace
@@ -335,13 +359,8 @@ TEST_F(test_uct_conn, missed_bell_found_by_sweep)
     ASSERT_TRUE(wait_for([&]() { return received == 1; }));
 
     /* the receiver's control area, as the sender maps it */
-    auto *addr = (const uct_remapring_iface_addr_t*)rx->iface_addr.data();
-    struct stat st;
-    ASSERT_EQ(0, fstat(addr->ctl_fd, &st));
-    void *map = mmap(NULL, st.st_size, PROT_READ | PROT_WRITE, MAP_SHARED,
-                     addr->ctl_fd, 0);
-    ASSERT_NE(MAP_FAILED, map);
-    auto *ctl   = (uct_remapring_ctl_t*)map;
+    auto *ctl = map_ctl(rx);
+    ASSERT_NE(nullptr, ctl);
     auto *conns = uct_remapring_ctl_conns(ctl, ctl->max_peers);
     uct_remapring_conn_t *conn = nullptr;
     for (unsigned i = 0; i < ctl->max_peers; ++i) {
@@ -368,5 +387,4 @@ TEST_F(test_uct_conn, missed_bell_found_by_sweep)
     }
     EXPECT_EQ(2u, received) << "a record without its bell was lost";
     EXPECT_LE(calls, 17u) << "one sleeping ring: found within a sweep period";
-    munmap(map, st.st_size);
 }
