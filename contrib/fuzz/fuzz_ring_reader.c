@@ -55,34 +55,6 @@
 static uct_remapring_pool_t *pool;
 static uct_remapring_ring_ctl_t *ctl;
 
-/* Payload byte @a i of honest message @a seq */
-static inline uint8_t fuzz_pattern(uint64_t seq, size_t i)
-{
-    return (uint8_t)(seq * 131 + i * 7 + (i >> 8));
-}
-
-/* The payload of honest message @a seq, @a length bytes of it (the first
- * sizeof(buffer) bytes written, as the send takes) */
-FUZZ_NO_COVERAGE static void
-fuzz_fill(uint8_t *buffer, size_t size, uint64_t seq, size_t length)
-{
-    size_t i;
-
-    for (i = 0; i < length; ++i) {
-        buffer[i % size] = fuzz_pattern(seq, i);
-    }
-}
-
-FUZZ_NO_COVERAGE static void
-fuzz_check_pattern(const uint8_t *data, size_t length, uint64_t seq)
-{
-    size_t i;
-
-    for (i = 0; i < length; ++i) {
-        FUZZ_CHECK(data[i] == fuzz_pattern(seq, i));
-    }
-}
-
 int LLVMFuzzerInitialize(int *argc, char ***argv)
 {
     uct_remapring_pool_params_t params;
@@ -229,10 +201,10 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         switch (op % 12) {
         case 0: /* the honest writer */
         case 1:
-            length = fuzz_u16(&in) % (FUZZ_BLOCK_SIZE + 64);
-            fuzz_fill(buf, sizeof(buf), send_seq, length);
+            length       = fuzz_u16(&in) % (FUZZ_BLOCK_SIZE + 64);
             iov.iov_base = buf;
             iov.iov_len  = ucs_min(length, sizeof(buf));
+            fuzz_pattern_fill(buf, send_seq, 0, iov.iov_len);
             if (sent_tail - sent_head == FUZZ_MAX_SENT) {
                 break;
             }
@@ -268,7 +240,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
                 FUZZ_CHECK(sent_head != sent_tail);
                 FUZZ_CHECK(rx.length == sent_len[sent_head % FUZZ_MAX_SENT]);
                 FUZZ_CHECK(rx.am_id == (uint8_t)recv_seq);
-                fuzz_check_pattern(rx.payload, rx.length, recv_seq);
+                FUZZ_CHECK(
+                        fuzz_pattern_match(rx.payload, recv_seq, 0, rx.length));
                 ++sent_head;
                 ++recv_seq;
             }

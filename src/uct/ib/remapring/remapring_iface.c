@@ -339,10 +339,6 @@ uct_remapring_iface_config_check(const uct_remapring_iface_config_t *config)
  * cannot starve the others */
 #define UCT_REMAPRING_RX_BURST 16
 
-/* Empty polls of a ring before it sleeps on its doorbell: some microseconds
- * of progress, longer than a round trip between two processes */
-#define UCT_REMAPRING_RX_ARM_AFTER 256
-
 /* Progress calls between two looks at a sleeping ring, in turn, for a
  * record whose bell was not rung (remapring_conn.h, Doorbells); a power of
  * two */

@@ -39,6 +39,10 @@ typedef enum {
  *  interface sends: every receiver with at most this much takes it */
 #define UCT_REMAPRING_HEADROOM_MAX  256
 
+/* Empty polls of a ring before it sleeps on its doorbell: some microseconds
+ * of progress, longer than a round trip between two processes */
+#define UCT_REMAPRING_RX_ARM_AFTER 256
+
 
 /**
  * Transport configuration (UCX_REMAPRING_*).
