@@ -41,6 +41,8 @@ typedef struct {
     unsigned credit_batch;
     unsigned max_blocks;
     unsigned hold_depth; /* records held at once, at most */
+    int punch_after; /* detached blocks kept whole; -1: the pool's default */
+    double punch_age_us; /* and for how long; < 0: the pool's default */
     int fifo; /* release oldest first, else random */
     int threads; /* writer in its own thread */
     int cma; /* process_vm_writev into our own ring view */
@@ -134,6 +136,12 @@ ring_bench_point(const ring_bench_opts_t *opts, size_t size, double hold_pct)
     pool_params.init_blocks = opts->nslots * 2;
     pool_params.grow_blocks = opts->nslots;
     pool_params.max_blocks  = opts->max_blocks;
+    if (opts->punch_after >= 0) {
+        pool_params.punch_after = opts->punch_after;
+    }
+    if (opts->punch_age_us >= 0) {
+        pool_params.punch_age_ns = (uint64_t)(opts->punch_age_us * 1e3);
+    }
 
     uct_remapring_ring_params_default(&ring_params);
     ring_params.nslots       = opts->nslots;
@@ -300,6 +308,14 @@ out_free:
     return (ret < 0) ? -1 : 0;
 }
 
+static uct_remapring_pool_params_t ring_bench_pool_defaults(void)
+{
+    uct_remapring_pool_params_t params;
+
+    uct_remapring_pool_params_default(&params);
+    return params;
+}
+
 static void ring_bench_usage(const char *prog)
 {
     printf("Usage: %s [options]\n"
@@ -336,6 +352,9 @@ static void ring_bench_usage(const char *prog)
            "  -m BLOCKS  pool limit (default 4096)\n"
            "  -d N       records held at once before one is released\n"
            "             (default 256)\n"
+           "  -p N       detached blocks kept whole before they are punched,\n"
+           "             the newest ones (default: the pool's, %u)\n"
+           "  -a USEC    and for at most so long (default: the pool's, %.0f)\n"
            "  -f         release the oldest held record (default: random)\n"
            "  -T         writer in its own thread\n"
            "  -C         write with process_vm_writev (cma wire, to self)\n"
@@ -344,7 +363,8 @@ static void ring_bench_usage(const char *prog)
            "\n"
            "The default run takes about 10 s; e.g. '-t 5 -T' for a longer,\n"
            "two-thread run.\n",
-           prog);
+           prog, ring_bench_pool_defaults().punch_after,
+           ring_bench_pool_defaults().punch_age_ns / 1e3);
 }
 
 static int
@@ -381,6 +401,8 @@ int main(int argc, char **argv)
                               .credit_batch = 4,
                               .max_blocks   = 4096,
                               .hold_depth   = 256,
+                              .punch_after  = -1,
+                              .punch_age_us = -1,
                               .sizes  = {64, 256, 1024, 4096, 16384, SIZE_MAX},
                               .nsizes = 6,
                               .holds  = {0, 1, 50},
@@ -388,7 +410,7 @@ int main(int argc, char **argv)
     unsigned i, j;
     int c;
 
-    while ((c = getopt(argc, argv, "t:s:H:b:n:r:c:m:d:fTCRh")) != -1) {
+    while ((c = getopt(argc, argv, "t:s:H:b:n:r:c:m:d:p:a:fTCRh")) != -1) {
         switch (c) {
         case 't':
             opts.seconds = strtod(optarg, NULL);
@@ -421,6 +443,12 @@ int main(int argc, char **argv)
         case 'd':
             opts.hold_depth = strtoul(optarg, NULL, 0);
             break;
+        case 'p':
+            opts.punch_after = atoi(optarg);
+            break;
+        case 'a':
+            opts.punch_age_us = strtod(optarg, NULL);
+            break;
         case 'f':
             opts.fifo = 1;
             break;
@@ -448,11 +476,18 @@ int main(int argc, char **argv)
 
     printf("# ring_bench: B %zu, %u slots (window %zu KiB), headroom %u, "
            "credit batch %u, pool max %u blocks, hold depth %u (%s), "
-           "%.2f s per point, %s wire%s%s\n",
+           "punch after %d or %.0f us, %.2f s per point, %s wire%s%s\n",
            opts.block_size, opts.nslots, opts.block_size * opts.nslots / 1024,
            opts.headroom, opts.credit_batch, opts.max_blocks, opts.hold_depth,
-           opts.fifo ? "fifo" : "random", opts.seconds,
-           opts.cma ? "cma" : "local", opts.threads ? ", writer thread" : "",
+           opts.fifo ? "fifo" : "random",
+           (opts.punch_after >= 0) ?
+                   opts.punch_after :
+                   (int)ring_bench_pool_defaults().punch_after,
+           (opts.punch_age_us >= 0) ?
+                   opts.punch_age_us :
+                   ring_bench_pool_defaults().punch_age_ns / 1e3,
+           opts.seconds, opts.cma ? "cma" : "local",
+           opts.threads ? ", writer thread" : "",
            opts.touch ? ", reader touches payload" : "");
     printf("# fixed 8 KiB descriptors: 4095 x 8 KiB = %.1f MiB posted per "
            "interface; this ring: %zu KiB per peer + shared pool\n",

@@ -682,6 +682,92 @@ TEST_F(test_ring, pool_total_used)
     EXPECT_EQ(before, uct_remapring_pool_total_used());
 }
 
+/* A record released while others of its block are still held gives back
+ * the pages only it touched, at once if the block was punched, else when
+ * it is; an address in no held record releases nothing */
+TEST(test_ring_pool, partial_release_gives_back_pages)
+{
+    uct_remapring_pool_params_t params;
+    uct_remapring_pool_t *pool;
+    uint32_t punched, listed;
+    struct stat st;
+
+    uct_remapring_pool_params_default(&params);
+    params.block_size  = 64 * 1024;
+    params.init_blocks = 4;
+    params.punch_after = 1; /* the newest detached block waits whole */
+    ASSERT_EQ(UCS_OK, uct_remapring_pool_create(&params, &pool));
+    const size_t page  = sysconf(_SC_PAGESIZE);
+    const off_t ppage  = page / 512; /* st_blocks per page */
+    ASSERT_EQ(16u, pool->pages_per_block) << "4 KiB pages assumed";
+
+    /* a: page 0; b: pages 0-2; c: pages 4-7; d: page 7 */
+    const size_t a = 0, b = 4000, c = 5 * page - 500, d = 8 * page - 100;
+    for (uint32_t *block : {&punched, &listed}) {
+        ASSERT_EQ(UCS_OK, uct_remapring_pool_block_get(pool, block));
+        memset(uct_remapring_pool_block_addr(pool, *block), 0x5a,
+               params.block_size); /* every page resident */
+        uct_remapring_pool_block_hold(pool, *block, a, a + 100);
+        uct_remapring_pool_block_hold(pool, *block, b, 3 * page - 10);
+        uct_remapring_pool_block_hold(pool, *block, c, d);
+        uct_remapring_pool_block_hold(pool, *block, d, d + 64);
+    }
+
+    /* attached: a release changes no page */
+    EXPECT_EQ(UCT_REMAPRING_POOL_UNHOLD_HELD,
+              uct_remapring_pool_block_unhold(pool, listed, c + 10));
+    uct_remapring_pool_block_detach(pool, punched);
+    uct_remapring_pool_block_detach(pool, listed); /* punches the first */
+    EXPECT_EQ(7u + 16u, pool->stats.held_pages); /* pages 0-2, 4-7; whole */
+
+    ASSERT_EQ(0, fstat(pool->fd, &st));
+    off_t resident = st.st_blocks;
+
+    /* b: pages 1 and 2 go (page 0 is a's) */
+    EXPECT_EQ(UCT_REMAPRING_POOL_UNHOLD_HELD,
+              uct_remapring_pool_block_unhold(pool, punched, b + 2 * page));
+    EXPECT_EQ(5u + 16u, pool->stats.held_pages);
+    ASSERT_EQ(0, fstat(pool->fd, &st));
+    EXPECT_EQ(resident - 2 * ppage, st.st_blocks);
+    resident = st.st_blocks;
+
+    /* no held record there: nothing changes (b is gone, e never was) */
+    EXPECT_EQ(UCT_REMAPRING_POOL_UNHOLD_NONE,
+              uct_remapring_pool_block_unhold(pool, punched, b + page));
+    EXPECT_EQ(UCT_REMAPRING_POOL_UNHOLD_NONE,
+              uct_remapring_pool_block_unhold(pool, punched, 12 * page));
+    EXPECT_EQ(3u, pool->blocks[punched].nholds);
+
+    /* c: pages 4-6 go, page 7 is d's */
+    EXPECT_EQ(UCT_REMAPRING_POOL_UNHOLD_HELD,
+              uct_remapring_pool_block_unhold(pool, punched, c));
+    EXPECT_EQ(2u + 16u, pool->stats.held_pages);
+    ASSERT_EQ(0, fstat(pool->fd, &st));
+    EXPECT_EQ(resident - 3 * ppage, st.st_blocks);
+
+    /* the whole one, punched when the next detach pushes it out, keeps the
+     * pages of what is still held: a, b, d (c went while attached) */
+    uint32_t next;
+    ASSERT_EQ(UCS_OK, uct_remapring_pool_block_get(pool, &next));
+    uct_remapring_pool_block_hold(pool, next, 0, 64);
+    uct_remapring_pool_block_detach(pool, next);
+    EXPECT_EQ(2u + 4u + 16u, pool->stats.held_pages);
+
+    /* the last holds free the blocks */
+    for (size_t offset : {a, d}) {
+        uct_remapring_pool_block_unhold(pool, punched, offset);
+    }
+    for (size_t offset : {a, b, d}) {
+        uct_remapring_pool_block_unhold(pool, listed, offset);
+    }
+    EXPECT_EQ(UCT_REMAPRING_POOL_UNHOLD_FREED,
+              uct_remapring_pool_block_unhold(pool, next, 0));
+    EXPECT_EQ(0u, pool->stats.held_pages);
+    EXPECT_EQ(0u, pool->stats.ndetached);
+    EXPECT_EQ(0u, pool->stats.nholds);
+    uct_remapring_pool_destroy(pool);
+}
+
 /* A detached block with holds stays whole while it is among the newest
  * punch_after: a hold that ends soon costs no punch, and the block no page
  * faults when reused; older ones give back the pages no hold touches */
@@ -723,11 +809,11 @@ TEST(test_ring_pool, punch_after_the_newest)
 
     /* released: a punched one and a whole one go back to the pool */
     EXPECT_EQ(UCT_REMAPRING_POOL_UNHOLD_FREED,
-              uct_remapring_pool_block_unhold(pool, blocks[0]));
+              uct_remapring_pool_block_unhold(pool, blocks[0], 0));
     EXPECT_EQ((uint64_t)AFTER * ppb + (NBLOCKS - AFTER - 1),
               pool->stats.held_pages);
     EXPECT_EQ(UCT_REMAPRING_POOL_UNHOLD_FREED,
-              uct_remapring_pool_block_unhold(pool, blocks[NBLOCKS - 1]));
+              uct_remapring_pool_block_unhold(pool, blocks[NBLOCKS - 1], 0));
     EXPECT_EQ((uint64_t)(AFTER - 1) * ppb + (NBLOCKS - AFTER - 1),
               pool->stats.held_pages);
 
@@ -740,9 +826,9 @@ TEST(test_ring_pool, punch_after_the_newest)
               pool->stats.held_pages);
 
     for (unsigned i = 1; i < NBLOCKS - 1; ++i) {
-        uct_remapring_pool_block_unhold(pool, blocks[i]);
+        uct_remapring_pool_block_unhold(pool, blocks[i], 0);
     }
-    uct_remapring_pool_block_unhold(pool, again);
+    uct_remapring_pool_block_unhold(pool, again, 0);
     EXPECT_EQ(0u, pool->stats.held_pages);
     EXPECT_EQ(0u, pool->stats.ndetached);
     uct_remapring_pool_destroy(pool);

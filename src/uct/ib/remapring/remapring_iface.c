@@ -1033,10 +1033,12 @@ static unsigned uct_remapring_rx_conn_poll(uct_remapring_iface_t *iface,
 
 /* ------------------------------------------------------------- interface */
 
-/* Now and then: processes that exited, connections receivers gave up */
+/* Now and then: processes that exited, connections receivers gave up, kept
+ * blocks that waited whole long enough */
 static UCS_F_NOINLINE void uct_remapring_iface_check(uct_remapring_iface_t *iface)
 {
     iface->progress_calls = 0;
+    uct_remapring_pool_punch_aged(iface->rx.pool);
     if ((iface->rx.nconns > 0) || (kh_size(&iface->tx.peers) > 0)) {
         uct_remapring_watch_poll(&iface->watch);
     }

@@ -672,14 +672,19 @@ ucs_status_t
 uct_remapring_ring_release(uct_remapring_pool_t *pool, const void *addr)
 {
     uint32_t index = uct_remapring_pool_block_of(pool, addr);
+    uct_remapring_pool_unhold_t result;
 
-    if ((index == UCT_REMAPRING_POOL_BLOCK_NONE) ||
-        (pool->blocks[index].nholds == 0)) {
+    result = (index == UCT_REMAPRING_POOL_BLOCK_NONE) ?
+                     UCT_REMAPRING_POOL_UNHOLD_NONE :
+                     uct_remapring_pool_block_unhold(
+                             pool, index,
+                             UCS_PTR_BYTE_DIFF(uct_remapring_pool_block_addr(
+                                                       pool, index),
+                                               addr));
+    switch (result) {
+    case UCT_REMAPRING_POOL_UNHOLD_NONE:
         ucs_error("pool %p release of %p: not a held record", pool, addr);
         return UCS_ERR_INVALID_PARAM;
-    }
-
-    switch (uct_remapring_pool_block_unhold(pool, index)) {
     case UCT_REMAPRING_POOL_UNHOLD_HELD:
         return UCS_OK;
     case UCT_REMAPRING_POOL_UNHOLD_ATTACHED:

@@ -50,7 +50,8 @@ void uct_remapring_pool_params_default(uct_remapring_pool_params_t *params)
     params->max_bytes   = 0;
     params->name        = "remapring-pool";
     params->punch       = 1;
-    params->punch_after = 16;
+    params->punch_after  = 16;
+    params->punch_age_ns = 1000000; /* 1 ms */
     params->grow_cb     = NULL;
     params->grow_arg    = NULL;
 }
@@ -86,38 +87,33 @@ uint64_t uct_remapring_pool_available(const uct_remapring_pool_t *pool)
     return pool->stats.nfree + uct_remapring_pool_growable(pool);
 }
 
-static inline uint64_t *
-uct_remapring_pool_held_map(const uct_remapring_pool_t *pool, uint32_t block)
+/* Held records touching each page of @a block */
+static inline uint16_t *
+uct_remapring_pool_page_holds(const uct_remapring_pool_t *pool, uint32_t block)
 {
-    return &pool->held_map[(size_t)block * pool->map_words];
+    return &pool->page_holds[(size_t)block * pool->pages_per_block];
 }
 
-/* Give back the memory of the pages of a detached block that no held record
- * touches: the held ones stay, at their CPU-view addresses */
-static void uct_remapring_pool_punch(uct_remapring_pool_t *pool,
-                                     uint32_t block)
+/* Give back the memory of pages [first, first + count) of @a block that no
+ * held record touches: the held ones stay, at their CPU-view addresses.
+ * Returns how many stay. */
+static unsigned uct_remapring_pool_punch_pages(uct_remapring_pool_t *pool,
+                                               uint32_t block, unsigned first,
+                                               unsigned count)
 {
-    const uint64_t *map = uct_remapring_pool_held_map(pool, block);
-    off_t base          = (off_t)block << pool->block_shift;
+    const uint16_t *holds = uct_remapring_pool_page_holds(pool, block);
+    off_t base            = (off_t)block << pool->block_shift;
+    unsigned end          = first + count;
     unsigned page, run, held = 0;
 
-    if (!pool->punch) {
-        /* every page stays */
-        pool->blocks[block].held_pages = pool->pages_per_block;
-        pool->stats.held_pages        += pool->pages_per_block;
-        return;
-    }
-
-    for (page = 0; page < pool->pages_per_block; page += run) {
-        if (map[page / 64] & UCS_BIT(page % 64)) {
+    for (page = first; page < end; page += run) {
+        if (holds[page] > 0) {
             run = 1;
             ++held;
             continue;
         }
 
-        for (run = 1; (page + run < pool->pages_per_block) &&
-                      !(map[(page + run) / 64] & UCS_BIT((page + run) % 64));
-             ++run) {
+        for (run = 1; (page + run < end) && (holds[page + run] == 0); ++run) {
         }
 
         /* failure only costs memory: the pages stay as they are */
@@ -129,6 +125,24 @@ static void uct_remapring_pool_punch(uct_remapring_pool_t *pool,
             ucs_debug("pool %p punch of block %u pages %u+%u failed: %m",
                       pool, block, page, run);
         }
+    }
+
+    return held;
+}
+
+/* Give back the memory of the pages of a detached block that no held record
+ * touches */
+static void uct_remapring_pool_punch(uct_remapring_pool_t *pool,
+                                     uint32_t block)
+{
+    unsigned held;
+
+    if (!pool->punch) {
+        /* every page stays */
+        held = pool->pages_per_block;
+    } else {
+        held = uct_remapring_pool_punch_pages(pool, block, 0,
+                                              pool->pages_per_block);
     }
 
     pool->blocks[block].held_pages = held;
@@ -185,12 +199,17 @@ static int uct_remapring_pool_punch_listed(const uct_remapring_pool_t *pool,
            (pool->punch_head == index);
 }
 
-/* Punch the oldest waiting blocks beyond the newest punch_after */
-static void uct_remapring_pool_punch_due(uct_remapring_pool_t *pool)
+/* Punch the oldest waiting blocks beyond the newest punch_after, and those
+ * that waited longer than punch_age_ns (at time @a now) */
+static void uct_remapring_pool_punch_due(uct_remapring_pool_t *pool,
+                                         uint64_t now)
 {
     uint32_t index;
 
-    while (pool->nunpunched > pool->punch_after) {
+    while ((pool->nunpunched > pool->punch_after) ||
+           ((pool->nunpunched > 0) &&
+            (now - pool->blocks[pool->punch_head].detached_ns >=
+             pool->punch_age_ns))) {
         index = pool->punch_head;
         uct_remapring_pool_punch_unlist(pool, index);
         pool->stats.held_pages -= pool->blocks[index].held_pages;
@@ -240,6 +259,8 @@ uct_remapring_pool_grow(uct_remapring_pool_t *pool, unsigned count)
         block             = &pool->blocks[first + i - 1];
         block->state      = UCT_REMAPRING_POOL_BLOCK_FREE;
         block->nholds     = 0;
+        block->holds      = UCT_REMAPRING_POOL_BLOCK_NONE;
+        block->nuntracked = 0;
         block->owner      = NULL;
         block->punch_prev = UCT_REMAPRING_POOL_BLOCK_NONE;
         block->punch_next = UCT_REMAPRING_POOL_BLOCK_NONE;
@@ -287,7 +308,6 @@ uct_remapring_pool_create(const uct_remapring_pool_params_t *params,
     pool->block_shift     = ucs_ilog2(params->block_size);
     pool->page_shift      = ucs_ilog2(page_size);
     pool->pages_per_block = params->block_size / page_size;
-    pool->map_words       = ucs_div_round_up(pool->pages_per_block, 64);
     pool->max_pages       = ((params->max_bytes == 0) ?
                              ((uint64_t)params->max_blocks *
                               params->block_size) :
@@ -301,18 +321,23 @@ uct_remapring_pool_create(const uct_remapring_pool_params_t *params,
         goto err_free_pool;
     }
 
-    pool->held_map = calloc((size_t)params->max_blocks * pool->map_words,
-                            sizeof(*pool->held_map));
-    if (pool->held_map == NULL) {
-        ucs_error("failed to allocate page maps of %u pool blocks",
+    pool->page_holds = calloc((size_t)params->max_blocks *
+                                      pool->pages_per_block,
+                              sizeof(*pool->page_holds));
+    if (pool->page_holds == NULL) {
+        ucs_error("failed to allocate page hold counts of %u pool blocks",
                   params->max_blocks);
         status = UCS_ERR_NO_MEMORY;
         goto err_free_blocks;
     }
 
     pool->max_blocks       = params->max_blocks;
+    pool->holds            = NULL;
+    pool->holds_size       = 0;
+    pool->hold_free        = UCT_REMAPRING_POOL_BLOCK_NONE;
     pool->punch            = params->punch;
     pool->punch_after      = params->punch_after;
+    pool->punch_age_ns     = params->punch_age_ns;
     pool->punch_head       = UCT_REMAPRING_POOL_BLOCK_NONE;
     pool->punch_tail       = UCT_REMAPRING_POOL_BLOCK_NONE;
     pool->nunpunched       = 0;
@@ -369,7 +394,7 @@ err_unmap:
 err_close_fd:
     close(pool->fd);
 err_free_blocks:
-    free(pool->held_map);
+    free(pool->page_holds);
     free(pool->blocks);
 err_free_pool:
     free(pool);
@@ -388,7 +413,8 @@ void uct_remapring_pool_destroy(uct_remapring_pool_t *pool)
 
     munmap(pool->cpu_base, (size_t)pool->max_blocks << pool->block_shift);
     close(pool->fd);
-    free(pool->held_map);
+    free(pool->holds);
+    free(pool->page_holds);
     free(pool->blocks);
     free(pool);
 }
@@ -442,6 +468,14 @@ void uct_remapring_pool_block_put(uct_remapring_pool_t *pool, uint32_t index)
     ucs_atomic_sub64(&uct_remapring_pool_used_blocks, 1);
 }
 
+void uct_remapring_pool_punch_aged(uct_remapring_pool_t *pool)
+{
+    if (pool->nunpunched > 0) {
+        uct_remapring_pool_punch_due(pool, uct_remapring_pool_now_ns());
+        uct_remapring_pool_update_mem(pool);
+    }
+}
+
 void uct_remapring_pool_block_attach(uct_remapring_pool_t *pool,
                                      uint32_t index, uct_remapring_ring_t *ring,
                                      unsigned slot)
@@ -469,44 +503,152 @@ void uct_remapring_pool_block_detach(uct_remapring_pool_t *pool,
     if (pool->punch && (pool->punch_after > 0)) {
         /* most holds end soon (a receive posted right after): a block
          * punched now would fault its pages in again when reused */
+        block->detached_ns = uct_remapring_pool_now_ns();
         uct_remapring_pool_punch_later(pool, index);
-        uct_remapring_pool_punch_due(pool);
+        uct_remapring_pool_punch_due(pool, block->detached_ns);
     } else {
         uct_remapring_pool_punch(pool, index);
     }
     uct_remapring_pool_update_mem(pool);
 }
 
+/* An entry for a held record's extent, or NONE if there is no memory for
+ * one */
+static uint32_t uct_remapring_pool_hold_alloc(uct_remapring_pool_t *pool)
+{
+    uct_remapring_pool_hold_t *holds;
+    uint32_t index, size;
+
+    if (pool->hold_free == UCT_REMAPRING_POOL_BLOCK_NONE) {
+        size = ucs_max(pool->holds_size * 2, 64);
+        if (size <= pool->holds_size) {
+            return UCT_REMAPRING_POOL_BLOCK_NONE;
+        }
+
+        holds = realloc(pool->holds, (size_t)size * sizeof(*holds));
+        if (holds == NULL) {
+            return UCT_REMAPRING_POOL_BLOCK_NONE;
+        }
+
+        for (index = size; index > pool->holds_size; --index) {
+            holds[index - 1].next = pool->hold_free;
+            pool->hold_free       = index - 1;
+        }
+        pool->holds      = holds;
+        pool->holds_size = size;
+    }
+
+    index           = pool->hold_free;
+    pool->hold_free = pool->holds[index].next;
+    return index;
+}
+
 void uct_remapring_pool_block_hold(uct_remapring_pool_t *pool, uint32_t index,
                                    size_t start, size_t end)
 {
-    uint64_t *map = uct_remapring_pool_held_map(pool, index);
+    uct_remapring_pool_block_t *block = &pool->blocks[index];
+    uint16_t *holds = uct_remapring_pool_page_holds(pool, index);
+    uct_remapring_pool_hold_t *hold;
+    uint32_t entry;
     size_t page;
 
     for (page = start >> pool->page_shift;
          page <= ((end - 1) >> pool->page_shift); ++page) {
-        map[page / 64] |= UCS_BIT(page % 64);
+        if (holds[page] != UINT16_MAX) {
+            ++holds[page];
+        }
     }
 
-    if (pool->blocks[index].nholds++ == 0) {
+    entry = uct_remapring_pool_hold_alloc(pool);
+    if (entry == UCT_REMAPRING_POOL_BLOCK_NONE) {
+        ++block->nuntracked;
+    } else {
+        hold          = &pool->holds[entry];
+        hold->start   = start;
+        hold->end     = end;
+        hold->next    = block->holds;
+        block->holds  = entry;
+    }
+
+    if (block->nholds++ == 0) {
         pool->stats.nheld_blocks++;
     }
     pool->stats.nholds++;
 }
 
-uct_remapring_pool_unhold_t
-uct_remapring_pool_block_unhold(uct_remapring_pool_t *pool, uint32_t index)
+/* Held record @a hold of @a block, not its last, is released: the pages only
+ * it touched are given back if the block was punched already */
+static void
+uct_remapring_pool_unhold_pages(uct_remapring_pool_t *pool, uint32_t index,
+                                const uct_remapring_pool_hold_t *hold)
 {
     uct_remapring_pool_block_t *block = &pool->blocks[index];
+    uint16_t *holds = uct_remapring_pool_page_holds(pool, index);
+    unsigned first  = hold->start >> pool->page_shift;
+    unsigned last   = (hold->end - 1) >> pool->page_shift;
+    unsigned page, freed = 0;
+
+    for (page = first; page <= last; ++page) {
+        if (holds[page] != UINT16_MAX) {
+            freed += (--holds[page] == 0);
+        }
+    }
+
+    if ((freed == 0) || (block->state != UCT_REMAPRING_POOL_BLOCK_DETACHED) ||
+        !pool->punch || uct_remapring_pool_punch_listed(pool, index)) {
+        /* whole under its slot, or whole for now: punched later by the
+         * counts */
+        return;
+    }
+
+    freed = (last - first + 1) -
+            uct_remapring_pool_punch_pages(pool, index, first,
+                                           last - first + 1);
+    block->held_pages      -= freed;
+    pool->stats.held_pages -= freed;
+    uct_remapring_pool_update_mem(pool);
+}
+
+uct_remapring_pool_unhold_t
+uct_remapring_pool_block_unhold(uct_remapring_pool_t *pool, uint32_t index,
+                                size_t offset)
+{
+    uct_remapring_pool_block_t *block = &pool->blocks[index];
+    uct_remapring_pool_hold_t *hold   = NULL;
+    uint32_t *link;
+
+    for (link = &block->holds; *link != UCT_REMAPRING_POOL_BLOCK_NONE;
+         link = &pool->holds[*link].next) {
+        if ((offset >= pool->holds[*link].start) &&
+            (offset < pool->holds[*link].end)) {
+            hold = &pool->holds[*link];
+            break;
+        }
+    }
+
+    if (hold != NULL) {
+        /* off the block's list, onto the free one */
+        *link           = hold->next;
+        hold->next      = pool->hold_free;
+        pool->hold_free = hold - pool->holds;
+    } else if (block->nuntracked > 0) {
+        /* one of the records held without an entry: its pages stay */
+        --block->nuntracked;
+    } else {
+        return UCT_REMAPRING_POOL_UNHOLD_NONE;
+    }
 
     pool->stats.nholds--;
     if (--block->nholds > 0) {
+        if (hold != NULL) {
+            uct_remapring_pool_unhold_pages(pool, index, hold);
+        }
         return UCT_REMAPRING_POOL_UNHOLD_HELD;
     }
 
     pool->stats.nheld_blocks--;
-    memset(uct_remapring_pool_held_map(pool, index), 0,
-           pool->map_words * sizeof(uint64_t));
+    memset(uct_remapring_pool_page_holds(pool, index), 0,
+           pool->pages_per_block * sizeof(uint16_t));
     if (block->state != UCT_REMAPRING_POOL_BLOCK_DETACHED) {
         return UCT_REMAPRING_POOL_UNHOLD_ATTACHED;
     }

@@ -21,7 +21,10 @@
  * - Memory: a block detached with holds keeps only the pages its held
  *   records touch; the rest are punched out of the memfd
  *   (fallocate(PUNCH_HOLE)), so a held record costs its pages, not its
- *   block. Two limits apply: max_blocks blocks of address space, and
+ *   block. The pool counts, per page, the held records that touch it, and
+ *   keeps each hold's extent (in its own memory, out of a sender's reach):
+ *   when a record of a detached block is released while others are still
+ *   held, the pages only it touched are punched at once. Two limits apply: max_blocks blocks of address space, and
  *   max_bytes of memory, counting free and attached blocks whole and
  *   detached ones by their held pages.
  *   Nothing here is thread safe: all calls on one pool, and on the rings
@@ -56,14 +59,30 @@ typedef enum {
 /**
  * Per-block bookkeeping.
  */
+/**
+ * A held record: bytes [start, end) of its block. On its block's list while
+ * held, on the pool's free list of entries otherwise.
+ */
+typedef struct uct_remapring_pool_hold {
+    uint32_t start;
+    uint32_t end;
+    uint32_t next; /* next entry of the list, or NONE */
+} uct_remapring_pool_hold_t;
+
+
 typedef struct uct_remapring_pool_block {
     uint32_t nholds; /* held records in this block */
+    uint32_t holds; /* list of its held records (pool->holds), or NONE */
+    uint32_t nuntracked; /* held records not on that list (no memory for an
+                            entry): their pages stay until the last hold of
+                            the block is released */
     uint32_t next_free; /* free list link, while FREE */
     uint32_t state; /* uct_remapring_pool_block_state_t */
     uint32_t slot; /* slot it backs, while ATTACHED */
     uint32_t held_pages; /* pages kept, while DETACHED */
     uint32_t punch_prev; /* list of DETACHED blocks not punched yet */
     uint32_t punch_next;
+    uint64_t detached_ns; /* when it was detached, while on that list */
     uct_remapring_ring_t *owner; /* ring it backs, while ATTACHED */
 } uct_remapring_pool_block_t;
 
@@ -83,6 +102,8 @@ typedef struct uct_remapring_pool_params {
     unsigned punch_after; /* detached blocks kept whole, the latest ones:
                              a block released soon costs no punch and no
                              page faults when reused */
+    uint64_t punch_age_ns; /* and only for so long: a hold that lasts is
+                              not one that ends soon */
     /* called for each chunk of blocks made, before any is handed out (a
      * device registers it); an error fails the growth. Or NULL */
     ucs_status_t (*grow_cb)(void *arg, uint32_t first, unsigned count,
@@ -124,10 +145,10 @@ typedef struct uct_remapring_pool {
     unsigned grow_blocks;
     unsigned page_shift; /* log2(page size) */
     unsigned pages_per_block;
-    unsigned map_words; /* 64-bit words of one block's page map */
     uint64_t max_pages; /* max_bytes in pages */
     int punch;
     unsigned punch_after;
+    uint64_t punch_age_ns;
     uint32_t punch_head; /* oldest detached block not punched yet */
     uint32_t punch_tail;
     unsigned nunpunched;
@@ -136,8 +157,13 @@ typedef struct uct_remapring_pool {
     void *grow_arg;
     uint32_t free_head; /* first free block or NONE */
     uct_remapring_pool_block_t *blocks; /* [max_blocks] */
-    uint64_t *held_map; /* [max_blocks][map_words]: pages held records
-                           touch */
+    uint16_t *page_holds; /* [max_blocks][pages_per_block]: held records
+                             touching each page (a ring puts records 64
+                             bytes apart, so at most 65); UINT16_MAX sticks
+                             until the block's last release */
+    uct_remapring_pool_hold_t *holds; /* entries, holds_size of them */
+    uint32_t holds_size;
+    uint32_t hold_free; /* free entries, or NONE */
     ucs_list_link_t waiters; /* rings waiting for a block */
     uct_remapring_pool_stats_t stats;
 } uct_remapring_pool_t;
@@ -205,10 +231,17 @@ void uct_remapring_pool_block_detach(uct_remapring_pool_t *pool,
 
 /**
  * One more record of @a block is held: the one at bytes [@a start, @a end)
- * of the block.
+ * of the block (records of one block do not overlap).
  */
 void uct_remapring_pool_block_hold(uct_remapring_pool_t *pool, uint32_t block,
                                    size_t start, size_t end);
+
+
+/**
+ * Punch the detached blocks that have waited whole for longer than
+ * punch_age_ns (a detach does it too): for a receiver that went quiet.
+ */
+void uct_remapring_pool_punch_aged(uct_remapring_pool_t *pool);
 
 
 /**
@@ -224,16 +257,18 @@ uint64_t uct_remapring_pool_available(const uct_remapring_pool_t *pool);
 typedef enum {
     UCT_REMAPRING_POOL_UNHOLD_HELD, /* other records still held */
     UCT_REMAPRING_POOL_UNHOLD_ATTACHED, /* last hold; still under its slot */
-    UCT_REMAPRING_POOL_UNHOLD_FREED /* last hold of a detached block: the
-                                       block went to the free list */
+    UCT_REMAPRING_POOL_UNHOLD_FREED, /* last hold of a detached block: the
+                                        block went to the free list */
+    UCT_REMAPRING_POOL_UNHOLD_NONE /* no held record there: nothing done */
 } uct_remapring_pool_unhold_t;
 
 
 /**
- * Release one held record of @a block, which must have holds.
+ * Release the held record of @a block that contains byte @a offset of it.
  */
 uct_remapring_pool_unhold_t
-uct_remapring_pool_block_unhold(uct_remapring_pool_t *pool, uint32_t block);
+uct_remapring_pool_block_unhold(uct_remapring_pool_t *pool, uint32_t block,
+                                size_t offset);
 
 
 /**
