@@ -1018,6 +1018,56 @@ TEST_F(test_uct_hostile_sender, scribble_while_sending_cma)
     run_scribble("cma", true);
 }
 
+/* A process that rewrites an offered slot (a ring made in advance, no
+ * sender yet) as CLOSED without taking it: a sender fills in its pid
+ * before it can close, so nothing of a sender's is in that ring. The
+ * receiver frees the slot and offers again, rather than keep the ring for
+ * ever; with the doorbell rung or not (its sweep finds it), and a sender
+ * that comes later is served */
+TEST_F(test_uct_hostile_sender, offered_slot_closed_out_of_turn)
+{
+    entity *rx = open_receiver();
+    ASSERT_NE(nullptr, rx);
+    uct_remapring_conn_t *conns = uct_remapring_ctl_conns(m_ctl, m_max_peers);
+    auto offered = [&]() {
+        std::vector<unsigned> v;
+        for (unsigned i = 0; i < m_max_peers; ++i) {
+            if (__atomic_load_n(&conns[i].state, __ATOMIC_ACQUIRE) ==
+                UCT_REMAPRING_CONN_OFFERED) {
+                v.push_back(i);
+            }
+        }
+        return v;
+    };
+    ASSERT_TRUE(wait_for([&]() { return offered().size() == 2; }));
+    uint64_t used = uct_remapring_pool_total_used();
+
+    for (bool bell : {true, false}) {
+        SCOPED_TRACE(bell ? "doorbell rung" : "no doorbell");
+        unsigned index = offered()[0];
+        ASSERT_EQ(0, conns[index].sender_pid);
+        target t = make_target(index, false);
+        uct_remapring_conn_set_state(t.conn, UCT_REMAPRING_CONN_CLOSED);
+        if (bell) {
+            __atomic_fetch_or(&t.active[index / 64], 1ull << (index % 64),
+                              __ATOMIC_RELEASE);
+            __atomic_fetch_or(t.summary, 1ull << (index / 64),
+                              __ATOMIC_RELEASE);
+        }
+
+        /* freed, and two offers again */
+        EXPECT_TRUE(wait_for([&]() {
+            return (__atomic_load_n(&conns[index].state, __ATOMIC_ACQUIRE) !=
+                    UCT_REMAPRING_CONN_CLOSED) &&
+                   (offered().size() == 2);
+        })) << "slot " << index << " kept";
+        EXPECT_EQ(used, uct_remapring_pool_total_used());
+    }
+
+    add_honest(rx, "shm");
+    honest_traffic(10);
+}
+
 /* A sender that rewrites its connection's state word (to each state and to
  * garbage) and rings its doorbell: its connection fails with one log line;
  * a new sender that claims the slot it gave up is failed too (not left

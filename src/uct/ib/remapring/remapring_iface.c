@@ -825,10 +825,10 @@ static void uct_remapring_rx_conn_wake_free(uct_remapring_iface_t *iface,
                                             uct_remapring_conn_state_t state)
 {
     uct_remapring_rx_conn_t *rx_conn = &iface->rx.rx_conns[index];
+    int filled = __atomic_load_n(&iface->rx.ctl.conns[index].sender_pid,
+                                 __ATOMIC_ACQUIRE) != 0;
 
-    if ((state != UCT_REMAPRING_CONN_CLOSED || rx_conn->offered) &&
-        (__atomic_load_n(&iface->rx.ctl.conns[index].sender_pid,
-                         __ATOMIC_ACQUIRE) == 0)) {
+    if ((state != UCT_REMAPRING_CONN_CLOSED) && !filled) {
         return; /* not claimed yet, or claimed and not filled in yet */
     }
 
@@ -844,7 +844,11 @@ static void uct_remapring_rx_conn_wake_free(uct_remapring_iface_t *iface,
         }
         break;
     case UCT_REMAPRING_CONN_CLOSED:
-        if (rx_conn->offered) {
+        /* A sender fills in its pid before it can close: an offered slot
+         * closed without one was not taken, but written out of turn (it
+         * would keep its ring for ever); it is freed like a slot without
+         * a ring */
+        if (rx_conn->offered && filled) {
             /* taken and closed at once: what was written still counts */
             uct_remapring_rx_conn_adopt(iface, index);
             if (rx_conn->ring != NULL) {
@@ -1033,12 +1037,39 @@ static unsigned uct_remapring_rx_conn_poll(uct_remapring_iface_t *iface,
 
 /* ------------------------------------------------------------- interface */
 
-/* Now and then: processes that exited, connections receivers gave up, kept
- * blocks that waited whole long enough */
+/* Offered slots that left OFFERED without a doorbell we saw: taken by a
+ * sender whose bell was cleared (the doorbell words are everyone's), or
+ * rewritten out of turn. Their rings are on no list the sweep reads. */
+static void uct_remapring_rx_check_offers(uct_remapring_iface_t *iface)
+{
+    unsigned index, seen = 0;
+    uint32_t state;
+
+    for (index = 0; (index < iface->rx.ctl.max_peers) &&
+                    (seen < iface->rx.noffered);
+         ++index) {
+        if (!iface->rx.rx_conns[index].offered) {
+            continue;
+        }
+
+        ++seen;
+        state = uct_remapring_conn_state(&iface->rx.ctl.conns[index]);
+        if ((state != UCT_REMAPRING_CONN_OFFERED) &&
+            (state != UCT_REMAPRING_CONN_OFFERING)) {
+            uct_remapring_rx_conn_wake(iface, index);
+        }
+    }
+}
+
+/* Now and then: processes that exited, connections receivers gave up,
+ * offers taken without a bell, kept blocks that waited whole long enough */
 static UCS_F_NOINLINE void uct_remapring_iface_check(uct_remapring_iface_t *iface)
 {
     iface->progress_calls = 0;
     uct_remapring_pool_punch_aged(iface->rx.pool);
+    if (iface->rx.rx_conns != NULL) {
+        uct_remapring_rx_check_offers(iface);
+    }
     if ((iface->rx.nconns > 0) || (kh_size(&iface->tx.peers) > 0)) {
         uct_remapring_watch_poll(&iface->watch);
     }
