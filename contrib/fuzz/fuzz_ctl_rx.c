@@ -64,15 +64,14 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#define FUZZ_PRESETS     4
-#define FUZZ_AM_SHORT    1
-#define FUZZ_AM_BCOPY    2
-#define FUZZ_MAX_SENT    1024
-#define FUZZ_MAX_HELD    16
-#define FUZZ_MAX_STEPS   512
-#define FUZZ_RX_HEADROOM 16
-#define FUZZ_MAGIC       0x6f6e6573u
-#define FUZZ_MAX_PEERS   70 /* the largest MAX_PEERS below */
+#define FUZZ_PRESETS   4
+#define FUZZ_AM_SHORT  1
+#define FUZZ_AM_BCOPY  2
+#define FUZZ_MAX_SENT  1024
+#define FUZZ_MAX_HELD  16
+#define FUZZ_MAX_STEPS 512
+#define FUZZ_MAGIC     0x6f6e6573u
+#define FUZZ_MAX_PEERS 70 /* the largest MAX_PEERS below */
 
 /* The receiver's geometries: pools small enough to run short of blocks */
 static const char *fuzz_presets[FUZZ_PRESETS][16] = {
@@ -94,14 +93,6 @@ static const char *fuzz_sender_settings[2][16] = {
          "1", "IDLE_SLOTS", "1", "MAX_PEERS", "1", "POOL_MAX", "8k", NULL},
         {"WIRE", "cma", "BLOCK_SIZE", "4k", "RING_SLOTS", "2", "CREDIT_BATCH",
          "1", "IDLE_SLOTS", "1", "MAX_PEERS", "1", "POOL_MAX", "8k", NULL}};
-
-/* One interface on the shared memory domain and worker */
-typedef struct {
-    uct_iface_h iface;
-    uct_iface_attr_t attr;
-    uint8_t dev_addr[64];
-    uint8_t iface_addr[64];
-} fuzz_iface_t;
 
 typedef struct {
     void *desc;
@@ -131,40 +122,11 @@ fuzz_err_handler(void *arg, uct_ep_h ep, ucs_status_t status)
     return UCS_OK;
 }
 
+/* One interface on the shared memory domain and worker */
 static ucs_status_t fuzz_iface_open(uct_iface_config_t *config, fuzz_iface_t *f)
 {
-    uct_iface_params_t params;
-    ucs_status_t status;
-
-    memset(&params, 0, sizeof(params));
-    params.field_mask = UCT_IFACE_PARAM_FIELD_OPEN_MODE |
-                        UCT_IFACE_PARAM_FIELD_DEVICE |
-                        UCT_IFACE_PARAM_FIELD_RX_HEADROOM |
-                        UCT_IFACE_PARAM_FIELD_ERR_HANDLER |
-                        UCT_IFACE_PARAM_FIELD_ERR_HANDLER_FLAGS;
-    params.open_mode            = UCT_IFACE_OPEN_MODE_DEVICE;
-    params.mode.device.tl_name  = "remapring";
-    params.mode.device.dev_name = "memory";
-    params.rx_headroom          = FUZZ_RX_HEADROOM;
-    params.err_handler          = fuzz_err_handler;
-    params.err_handler_flags    = 0;
-
-    status = uct_iface_open(base.md, base.worker, &params, config, &f->iface);
-    if (status != UCS_OK) {
-        return status;
-    }
-
-    FUZZ_CHECK(uct_iface_query(f->iface, &f->attr) == UCS_OK);
-    FUZZ_CHECK(f->attr.device_addr_len <= sizeof(f->dev_addr));
-    FUZZ_CHECK(f->attr.iface_addr_len <= sizeof(f->iface_addr));
-    FUZZ_CHECK(uct_iface_get_device_address(f->iface,
-                                            (uct_device_addr_t *)f->dev_addr) ==
-               UCS_OK);
-    FUZZ_CHECK(uct_iface_get_address(f->iface,
-                                     (uct_iface_addr_t *)f->iface_addr) ==
-               UCS_OK);
-    uct_iface_progress_enable(f->iface, UCT_PROGRESS_SEND | UCT_PROGRESS_RECV);
-    return UCS_OK;
+    return fuzz_uct_iface_open(base.md, base.worker, config, fuzz_err_handler,
+                               NULL, f);
 }
 
 static uct_iface_config_t *fuzz_config(const char **settings)
@@ -323,7 +285,7 @@ fuzz_am_handler(void *arg, void *data, size_t length, unsigned flags)
         return UCS_OK;
     }
 
-    held[nheld].desc   = (char *)data - FUZZ_RX_HEADROOM;
+    held[nheld].desc   = (char *)data - FUZZ_UCT_RX_HEADROOM;
     held[nheld].honest = honest;
     held[nheld].seq    = ndelivered - 1;
     ++nheld;
@@ -337,7 +299,7 @@ static void fuzz_release(unsigned i)
     held[i] = held[--nheld];
     if (h.honest) {
         /* never overwritten while held */
-        fuzz_check_honest((uint8_t *)h.desc + FUZZ_RX_HEADROOM,
+        fuzz_check_honest((uint8_t *)h.desc + FUZZ_UCT_RX_HEADROOM,
                           sent_length[h.seq], h.seq);
         uct_iface_release_desc(h.desc);
     } else {

@@ -46,13 +46,58 @@ uct_component_h fuzz_uct_component(unsigned index, char *md_name, size_t max)
     return found;
 }
 
+ucs_status_t fuzz_uct_iface_open(uct_md_h md, uct_worker_h worker,
+                                 uct_iface_config_t *config,
+                                 uct_error_handler_t err_handler, void *err_arg,
+                                 fuzz_iface_t *f)
+{
+    uct_iface_params_t params;
+    ucs_status_t status;
+
+    memset(f, 0, sizeof(*f));
+    memset(&params, 0, sizeof(params));
+    params.field_mask = UCT_IFACE_PARAM_FIELD_OPEN_MODE |
+                        UCT_IFACE_PARAM_FIELD_DEVICE |
+                        UCT_IFACE_PARAM_FIELD_RX_HEADROOM;
+    params.open_mode            = UCT_IFACE_OPEN_MODE_DEVICE;
+    params.mode.device.tl_name  = "remapring";
+    params.mode.device.dev_name = "memory";
+    params.rx_headroom          = FUZZ_UCT_RX_HEADROOM;
+    if (err_handler != NULL) {
+        params.field_mask |= UCT_IFACE_PARAM_FIELD_ERR_HANDLER |
+                             UCT_IFACE_PARAM_FIELD_ERR_HANDLER_ARG |
+                             UCT_IFACE_PARAM_FIELD_ERR_HANDLER_FLAGS;
+        params.err_handler       = err_handler;
+        params.err_handler_arg   = err_arg;
+        params.err_handler_flags = 0;
+    }
+
+    status = uct_iface_open(md, worker, &params, config, &f->iface);
+    if (status != UCS_OK) {
+        f->iface = NULL;
+        return status;
+    }
+
+    FUZZ_CHECK(uct_iface_query(f->iface, &f->attr) == UCS_OK);
+    FUZZ_CHECK(f->attr.device_addr_len <= sizeof(f->dev_addr));
+    FUZZ_CHECK(f->attr.iface_addr_len <= sizeof(f->iface_addr));
+    FUZZ_CHECK(uct_iface_get_device_address(f->iface,
+                                            (uct_device_addr_t *)f->dev_addr) ==
+               UCS_OK);
+    FUZZ_CHECK(uct_iface_get_address(f->iface,
+                                     (uct_iface_addr_t *)f->iface_addr) ==
+               UCS_OK);
+    uct_iface_progress_enable(f->iface, UCT_PROGRESS_SEND | UCT_PROGRESS_RECV);
+    return UCS_OK;
+}
+
 ucs_status_t fuzz_uct_open(uct_component_h component, const char *md_name,
                            const char **settings,
                            uct_error_handler_t err_handler, void *err_arg,
                            fuzz_uct_t *e)
 {
-    uct_iface_params_t params;
     uct_md_config_t *md_config;
+    fuzz_iface_t f;
     uct_iface_config_t *iface_config;
     ucs_status_t status;
 
@@ -97,48 +142,17 @@ ucs_status_t fuzz_uct_open(uct_component_h component, const char *md_name,
         }
     }
 
-    memset(&params, 0, sizeof(params));
-    params.field_mask = UCT_IFACE_PARAM_FIELD_OPEN_MODE |
-                        UCT_IFACE_PARAM_FIELD_DEVICE |
-                        UCT_IFACE_PARAM_FIELD_RX_HEADROOM;
-    params.open_mode            = UCT_IFACE_OPEN_MODE_DEVICE;
-    params.mode.device.tl_name  = "remapring";
-    params.mode.device.dev_name = "memory";
-    params.rx_headroom          = 16;
-    if (err_handler != NULL) {
-        params.field_mask |= UCT_IFACE_PARAM_FIELD_ERR_HANDLER |
-                             UCT_IFACE_PARAM_FIELD_ERR_HANDLER_ARG |
-                             UCT_IFACE_PARAM_FIELD_ERR_HANDLER_FLAGS;
-        params.err_handler       = err_handler;
-        params.err_handler_arg   = err_arg;
-        params.err_handler_flags = 0;
-    }
-
-    status = uct_iface_open(e->md, e->worker, &params, iface_config, &e->iface);
+    status = fuzz_uct_iface_open(e->md, e->worker, iface_config, err_handler,
+                                 err_arg, &f);
     uct_config_release(iface_config);
     if (status != UCS_OK) {
         goto err;
     }
 
-    status = uct_iface_query(e->iface, &e->attr);
-    if ((status != UCS_OK) || (e->attr.device_addr_len > sizeof(e->dev_addr)) ||
-        (e->attr.iface_addr_len > sizeof(e->iface_addr))) {
-        status = (status != UCS_OK) ? status : UCS_ERR_EXCEEDS_LIMIT;
-        goto err;
-    }
-
-    status = uct_iface_get_device_address(e->iface,
-                                          (uct_device_addr_t *)e->dev_addr);
-    if (status != UCS_OK) {
-        goto err;
-    }
-
-    status = uct_iface_get_address(e->iface, (uct_iface_addr_t *)e->iface_addr);
-    if (status != UCS_OK) {
-        goto err;
-    }
-
-    uct_iface_progress_enable(e->iface, UCT_PROGRESS_SEND | UCT_PROGRESS_RECV);
+    e->iface = f.iface;
+    e->attr  = f.attr;
+    memcpy(e->dev_addr, f.dev_addr, sizeof(e->dev_addr));
+    memcpy(e->iface_addr, f.iface_addr, sizeof(e->iface_addr));
     return UCS_OK;
 
 err:

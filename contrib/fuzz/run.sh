@@ -18,7 +18,7 @@
 #             the check the test suite runs (test/scripts/test_fuzz.sh)
 #   --build   build only
 #   target    fuzz_ring_reader, fuzz_ring_writer, fuzz_rkey, fuzz_ep_addr,
-#             fuzz_ctl_rx (default: all)
+#             fuzz_ctl_rx, fuzz_settings (default: all)
 # Environment:
 #   FUZZ_SECONDS     seconds per target
 #   FUZZ_BUILD_DIR   default <source>/build-fuzz
@@ -32,7 +32,8 @@ set -euo pipefail
 top=$(cd "$(dirname "$0")/../.." && pwd)
 here=$top/contrib/fuzz
 build=${FUZZ_BUILD_DIR:-$top/build-fuzz}
-all_targets=(fuzz_ring_reader fuzz_ring_writer fuzz_rkey fuzz_ep_addr fuzz_ctl_rx)
+all_targets=(fuzz_ring_reader fuzz_ring_writer fuzz_rkey fuzz_ep_addr fuzz_ctl_rx
+             fuzz_settings)
 
 mode=fuzz
 case "${1:-}" in
@@ -134,7 +135,7 @@ for t in "${targets[@]}"; do
     case $t in
     fuzz_ring_reader|fuzz_ring_writer)
         link "$t" "$here/$t.c" $libs ;;
-    fuzz_rkey|fuzz_ep_addr|fuzz_ctl_rx)
+    fuzz_rkey|fuzz_ep_addr|fuzz_ctl_rx|fuzz_settings)
         # UCX's internal headers: its config.h and its own idioms
         link "$t" -DHAVE_CONFIG_H $int_cppflags $defs \
              -Wno-unknown-attributes "$here/$t.c" "$here/fuzz_uct.c" \
