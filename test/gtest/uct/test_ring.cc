@@ -768,6 +768,46 @@ TEST(test_ring_pool, partial_release_gives_back_pages)
     uct_remapring_pool_destroy(pool);
 }
 
+/* A detached block with holds stays whole only so long: punched by the
+ * next detach or punch_aged() once it waited punch_age_ns */
+TEST(test_ring_pool, punch_after_an_age)
+{
+    uct_remapring_pool_params_t params;
+    uct_remapring_pool_t *pool;
+    uint32_t first, second;
+
+    uct_remapring_pool_params_default(&params);
+    params.block_size   = 64 * 1024;
+    params.init_blocks  = 4;
+    params.punch_after  = 16;
+    params.punch_age_ns = 3600ull * 1000000000ull;
+    ASSERT_EQ(UCS_OK, uct_remapring_pool_create(&params, &pool));
+    const unsigned ppb = pool->pages_per_block;
+
+    ASSERT_EQ(UCS_OK, uct_remapring_pool_block_get(pool, &first));
+    uct_remapring_pool_block_hold(pool, first, 0, 64);
+    uct_remapring_pool_block_detach(pool, first);
+    uct_remapring_pool_punch_aged(pool);
+    EXPECT_EQ((uint64_t)ppb, pool->stats.held_pages); /* young: whole */
+
+    pool->punch_age_ns = 0; /* as if an hour went by */
+    uct_remapring_pool_punch_aged(pool);
+    EXPECT_EQ(1u, pool->stats.held_pages);
+    EXPECT_EQ((uint64_t)1 << pool->page_shift, pool->stats.mem_bytes -
+              ((uint64_t)(pool->nblocks - 1) * params.block_size));
+
+    /* and a detach punches what is old at once, itself included */
+    ASSERT_EQ(UCS_OK, uct_remapring_pool_block_get(pool, &second));
+    uct_remapring_pool_block_hold(pool, second, 0, 64);
+    uct_remapring_pool_block_detach(pool, second);
+    EXPECT_EQ(2u, pool->stats.held_pages);
+
+    uct_remapring_pool_block_unhold(pool, first, 0);
+    uct_remapring_pool_block_unhold(pool, second, 0);
+    EXPECT_EQ(0u, pool->stats.held_pages);
+    uct_remapring_pool_destroy(pool);
+}
+
 /* A detached block with holds stays whole while it is among the newest
  * punch_after: a hold that ends soon costs no punch, and the block no page
  * faults when reused; older ones give back the pages no hold touches */
@@ -781,8 +821,9 @@ TEST(test_ring_pool, punch_after_the_newest)
 
     uct_remapring_pool_params_default(&params);
     params.block_size  = 64 * 1024;
-    params.init_blocks = NBLOCKS;
-    params.punch_after = AFTER;
+    params.init_blocks  = NBLOCKS;
+    params.punch_after  = AFTER;
+    params.punch_age_ns = UINT64_MAX; /* the count alone */
     ASSERT_EQ(UCS_OK, uct_remapring_pool_create(&params, &pool));
     const unsigned ppb = pool->pages_per_block;
 

@@ -43,17 +43,17 @@ static uint64_t uct_remapring_pool_now_ns(void)
 
 void uct_remapring_pool_params_default(uct_remapring_pool_params_t *params)
 {
-    params->block_size  = 64 * 1024;
-    params->init_blocks = 64;
-    params->grow_blocks = 64;
-    params->max_blocks  = 4096;
-    params->max_bytes   = 0;
-    params->name        = "remapring-pool";
-    params->punch       = 1;
+    params->block_size   = 64 * 1024;
+    params->init_blocks  = 64;
+    params->grow_blocks  = 64;
+    params->max_blocks   = 4096;
+    params->max_bytes    = 0;
+    params->name         = "remapring-pool";
+    params->punch        = 1;
     params->punch_after  = 16;
     params->punch_age_ns = 1000000; /* 1 ms */
-    params->grow_cb     = NULL;
-    params->grow_arg    = NULL;
+    params->grow_cb      = NULL;
+    params->grow_arg     = NULL;
 }
 
 /* Pages counted against max_bytes: free and attached blocks whole, detached
@@ -313,23 +313,23 @@ uct_remapring_pool_create(const uct_remapring_pool_params_t *params,
                               params->block_size) :
                              params->max_bytes) / page_size;
 
-    pool->blocks = calloc(params->max_blocks, sizeof(*pool->blocks));
-    if (pool->blocks == NULL) {
-        ucs_error("failed to allocate %u pool block descriptors",
-                  params->max_blocks);
+    /* The block descriptors and the page hold counts, for max_blocks: in
+     * memory that stays untouched, hence unbacked, until the blocks are
+     * made (a malloc of it may be filled at once: sanitizers) */
+    pool->meta_size = ucs_align_up((size_t)params->max_blocks *
+                                           (sizeof(*pool->blocks) +
+                                            pool->pages_per_block *
+                                                    sizeof(*pool->page_holds)),
+                                   page_size);
+    pool->blocks    = mmap(NULL, pool->meta_size, PROT_READ | PROT_WRITE,
+                           MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    if (pool->blocks == MAP_FAILED) {
+        ucs_error("failed to map %zu bytes of descriptors for %u pool blocks:"
+                  " %m", pool->meta_size, params->max_blocks);
         status = UCS_ERR_NO_MEMORY;
         goto err_free_pool;
     }
-
-    pool->page_holds = calloc((size_t)params->max_blocks *
-                                      pool->pages_per_block,
-                              sizeof(*pool->page_holds));
-    if (pool->page_holds == NULL) {
-        ucs_error("failed to allocate page hold counts of %u pool blocks",
-                  params->max_blocks);
-        status = UCS_ERR_NO_MEMORY;
-        goto err_free_blocks;
-    }
+    pool->page_holds = (uint16_t *)(pool->blocks + params->max_blocks);
 
     pool->max_blocks       = params->max_blocks;
     pool->holds            = NULL;
@@ -394,8 +394,7 @@ err_unmap:
 err_close_fd:
     close(pool->fd);
 err_free_blocks:
-    free(pool->page_holds);
-    free(pool->blocks);
+    munmap(pool->blocks, pool->meta_size);
 err_free_pool:
     free(pool);
     return status;
@@ -414,8 +413,7 @@ void uct_remapring_pool_destroy(uct_remapring_pool_t *pool)
     munmap(pool->cpu_base, (size_t)pool->max_blocks << pool->block_shift);
     close(pool->fd);
     free(pool->holds);
-    free(pool->page_holds);
-    free(pool->blocks);
+    munmap(pool->blocks, pool->meta_size);
     free(pool);
 }
 

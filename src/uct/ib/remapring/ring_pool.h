@@ -157,6 +157,7 @@ typedef struct uct_remapring_pool {
     void *grow_arg;
     uint32_t free_head; /* first free block or NONE */
     uct_remapring_pool_block_t *blocks; /* [max_blocks] */
+    size_t meta_size; /* the two arrays below, one mapping */
     uint16_t *page_holds; /* [max_blocks][pages_per_block]: held records
                              touching each page (a ring puts records 64
                              bytes apart, so at most 65); UINT16_MAX sticks
