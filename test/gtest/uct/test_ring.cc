@@ -435,6 +435,47 @@ TEST_F(test_ring, bad_info_alignment_wraps_max_payload)
     EXPECT_TRUE(uct_remapring_ring_geometry_valid(16384, 4, &layout));
 }
 
+static unsigned block_size_max_errors;
+
+static ucs_log_func_rc_t
+block_size_max_log(const char *file, unsigned line, const char *function,
+                   ucs_log_level_t level, const ucs_log_component_config_t *comp,
+                   const char *message, va_list ap)
+{
+    if (level <= UCS_LOG_LEVEL_ERROR) {
+        ++block_size_max_errors;
+        return UCS_LOG_FUNC_RC_STOP;
+    }
+    return UCS_LOG_FUNC_RC_CONTINUE;
+}
+
+/* Blocks past UCT_REMAPRING_RING_BLOCK_MAX: a record's length, a PAD's
+ * and the info's block size are 32-bit (a 4 GiB block passed the settings
+ * check and read as 0 at the sender; found by contrib/fuzz/fuzz_settings) */
+TEST(test_ring_geometry, block_size_max)
+{
+    uct_remapring_ring_layout_t layout;
+    uct_remapring_pool_params_t params;
+    uct_remapring_pool_t *pool;
+
+    uct_remapring_ring_layout_init(&layout, 256, 0, 1, 0);
+    EXPECT_TRUE(uct_remapring_ring_geometry_valid(
+            UCT_REMAPRING_RING_BLOCK_MAX, 2, &layout));
+    EXPECT_FALSE(uct_remapring_ring_geometry_valid(
+            UCT_REMAPRING_RING_BLOCK_MAX * 2, 2, &layout));
+    EXPECT_FALSE(uct_remapring_ring_geometry_valid(1ull << 32, 2, &layout));
+
+    uct_remapring_pool_params_default(&params);
+    params.block_size  = UCT_REMAPRING_POOL_BLOCK_MAX * 2;
+    params.init_blocks = 0;
+    params.max_blocks  = 1;
+    block_size_max_errors = 0;
+    ucs_log_push_handler(block_size_max_log);
+    EXPECT_EQ(UCS_ERR_INVALID_PARAM, uct_remapring_pool_create(&params, &pool));
+    ucs_log_pop_handler();
+    EXPECT_EQ(1u, block_size_max_errors);
+}
+
 TEST_F(test_ring, wraparound_laps)
 {
     config cfg;

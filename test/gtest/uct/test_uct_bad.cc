@@ -333,7 +333,8 @@ TEST_F(test_uct_bad, invalid_settings)
     static const setting cases[] = {
         {"BLOCK_SIZE", "3000"},   {"BLOCK_SIZE", "1k"},
         {"BLOCK_SIZE", "96k"},    {"BLOCK_SIZE", "inf"},
-        {"BLOCK_SIZE", "auto"},   {"RING_SLOTS", "0"},
+        {"BLOCK_SIZE", "auto"},   {"BLOCK_SIZE", "2g"},
+        {"BLOCK_SIZE", "4g"},     {"RING_SLOTS", "0"},
         {"RING_SLOTS", "1"},      {"RING_SLOTS", "3"},
         {"RING_SLOTS", "12"},     {"POOL_MAX", "64k"},
         {"POOL_MAX", "auto"},     {"CREDIT_BATCH", "0"},

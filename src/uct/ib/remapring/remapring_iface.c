@@ -90,7 +90,7 @@ static ucs_config_field_t uct_remapring_iface_config_table[] = {
     {"BLOCK_SIZE", "64k",
      "Size of one receive pool block, which is also the size of one ring slot\n"
      "and the largest message carried in one record. A power of two, at\n"
-     "least the system page size.",
+     "least the system page size and at most 1g.",
      ucs_offsetof(uct_remapring_iface_config_t, block_size),
      UCS_CONFIG_TYPE_MEMUNITS},
 
@@ -224,10 +224,11 @@ uct_remapring_iface_config_check(const uct_remapring_iface_config_t *config)
 
     if ((config->block_size == UCS_MEMUNITS_INF) ||
         (config->block_size == UCS_MEMUNITS_AUTO) ||
-        !ucs_is_pow2(config->block_size) || (config->block_size < page_size)) {
+        !ucs_is_pow2(config->block_size) || (config->block_size < page_size) ||
+        (config->block_size > UCT_REMAPRING_RING_BLOCK_MAX)) {
         ucs_error("remapring: UCX_REMAPRING_BLOCK_SIZE=%zu must be a power of two"
-                  " of at least the page size (%zu)",
-                  config->block_size, page_size);
+                  " between the page size (%zu) and %lu",
+                  config->block_size, page_size, UCT_REMAPRING_RING_BLOCK_MAX);
         return UCS_ERR_INVALID_PARAM;
     }
 

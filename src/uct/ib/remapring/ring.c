@@ -24,7 +24,7 @@ int uct_remapring_ring_geometry_valid(size_t block_size, unsigned nslots,
                                       const uct_remapring_ring_layout_t *layout)
 {
     if (!ucs_is_pow2(block_size) || (block_size < 4096) ||
-        !ucs_is_pow2(nslots) || (nslots < 2) || (layout->align == 0) ||
+        (block_size > UCT_REMAPRING_RING_BLOCK_MAX) || !ucs_is_pow2(nslots) || (nslots < 2) || (layout->align == 0) ||
         !ucs_is_pow2(layout->align) || (layout->align > 4096) ||
         (layout->align_offset >= layout->align) ||
         !ucs_is_pow2(layout->rec_align) ||

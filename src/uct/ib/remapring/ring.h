@@ -126,6 +126,10 @@ BEGIN_C_DECLS
 
 #define UCT_REMAPRING_RING_ALIGN         64 /* record alignment */
 #define UCT_REMAPRING_RING_PAYLOAD_ALIGN 16 /* payload alignment */
+#define UCT_REMAPRING_RING_BLOCK_MAX     UCT_REMAPRING_POOL_BLOCK_MAX /* and
+                                                 a record's length, a PAD's
+                                                 and the info's block size
+                                                 are 32-bit */
 #define UCT_REMAPRING_RING_CTL_MAGIC     0x676e697270616d72ull /* "rmapring" */
 #define UCT_REMAPRING_RING_MAX_IOV       16 /* payload pieces per record */
 

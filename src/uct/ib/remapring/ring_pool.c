@@ -288,6 +288,7 @@ uct_remapring_pool_create(const uct_remapring_pool_params_t *params,
     size_t reserve;
 
     if (!ucs_is_pow2(params->block_size) || (params->block_size < page_size) ||
+        (params->block_size > UCT_REMAPRING_POOL_BLOCK_MAX) ||
         (params->max_blocks == 0) || (params->grow_blocks == 0) ||
         (params->init_blocks > params->max_blocks) ||
         (params->max_blocks >= UCT_REMAPRING_POOL_BLOCK_NONE)) {

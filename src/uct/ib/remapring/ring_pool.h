@@ -42,6 +42,8 @@ BEGIN_C_DECLS
 
 
 #define UCT_REMAPRING_POOL_BLOCK_NONE UINT32_MAX
+#define UCT_REMAPRING_POOL_BLOCK_MAX  (1ul << 30) /* block size; hold extents
+                                                     are 32-bit */
 
 typedef struct uct_remapring_ring uct_remapring_ring_t;
 
