@@ -435,15 +435,16 @@ TEST_F(test_ring, bad_info_alignment_wraps_max_payload)
     EXPECT_TRUE(uct_remapring_ring_geometry_valid(16384, 4, &layout));
 }
 
-static unsigned block_size_max_errors;
+/* Errors logged, counted instead of printed (ucs_log_push_handler) */
+static unsigned ring_log_errors;
 
 static ucs_log_func_rc_t
-block_size_max_log(const char *file, unsigned line, const char *function,
-                   ucs_log_level_t level, const ucs_log_component_config_t *comp,
-                   const char *message, va_list ap)
+ring_count_errors(const char *file, unsigned line, const char *function,
+                  ucs_log_level_t level, const ucs_log_component_config_t *comp,
+                  const char *message, va_list ap)
 {
     if (level <= UCS_LOG_LEVEL_ERROR) {
-        ++block_size_max_errors;
+        ++ring_log_errors;
         return UCS_LOG_FUNC_RC_STOP;
     }
     return UCS_LOG_FUNC_RC_CONTINUE;
@@ -469,11 +470,11 @@ TEST(test_ring_geometry, block_size_max)
     params.block_size  = UCT_REMAPRING_POOL_BLOCK_MAX * 2;
     params.init_blocks = 0;
     params.max_blocks  = 1;
-    block_size_max_errors = 0;
-    ucs_log_push_handler(block_size_max_log);
+    ring_log_errors = 0;
+    ucs_log_push_handler(ring_count_errors);
     EXPECT_EQ(UCS_ERR_INVALID_PARAM, uct_remapring_pool_create(&params, &pool));
     ucs_log_pop_handler();
-    EXPECT_EQ(1u, block_size_max_errors);
+    EXPECT_EQ(1u, ring_log_errors);
 }
 
 TEST_F(test_ring, wraparound_laps)
@@ -1229,21 +1230,6 @@ protected:
         ASSERT_EQ(m_ring->window_size, m_ring->grant);
     }
 
-    /* Errors logged, counted instead of printed */
-    static unsigned s_errors;
-
-    static ucs_log_func_rc_t
-    count_errors(const char *file, unsigned line, const char *function,
-                 ucs_log_level_t level, const ucs_log_component_config_t *comp,
-                 const char *message, va_list ap)
-    {
-        if (level <= UCS_LOG_LEVEL_ERROR) {
-            ++s_errors;
-            return UCS_LOG_FUNC_RC_STOP;
-        }
-        return UCS_LOG_FUNC_RC_CONTINUE;
-    }
-
     /* What a quiet ring keeps: two slots from the credited one */
     uint64_t quiet_limit() const
     {
@@ -1251,7 +1237,6 @@ protected:
     }
 };
 
-unsigned test_ring_reclaim::s_errors = 0;
 
 /* A quiet ring asks for all but two slots back; the writer answers, the
  * reader takes them back, and traffic goes on, growing the grant again */
@@ -1377,12 +1362,12 @@ TEST_F(test_ring_reclaim, bad_answer)
                                         m_ring->reclaim_to;
         m_ctl->yielded = m_ctl->reclaim;
         uct_remapring_ring_rx_t rx;
-        s_errors = 0;
-        ucs_log_push_handler(count_errors);
+        ring_log_errors = 0;
+        ucs_log_push_handler(ring_count_errors);
         EXPECT_EQ(UCS_ERR_IO_ERROR, uct_remapring_ring_poll(m_ring, &rx));
         EXPECT_EQ(UCS_ERR_IO_ERROR, uct_remapring_ring_poll(m_ring, &rx));
         ucs_log_pop_handler();
-        EXPECT_EQ(1u, s_errors) << "one line, once";
+        EXPECT_EQ(1u, ring_log_errors) << "one line, once";
     }
 }
 
