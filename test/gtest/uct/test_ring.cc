@@ -810,6 +810,47 @@ TEST(test_ring_pool, partial_release_gives_back_pages)
     uct_remapring_pool_destroy(pool);
 }
 
+/* Holds kept in the order they came, released in any order, the newest
+ * included, and held again after: each release finds its record */
+TEST(test_ring_pool, hold_list_any_order)
+{
+    uct_remapring_pool_params_t params;
+    uct_remapring_pool_t *pool;
+    uint32_t block;
+
+    uct_remapring_pool_params_default(&params);
+    params.init_blocks = 1;
+    ASSERT_EQ(UCS_OK, uct_remapring_pool_create(&params, &pool));
+    ASSERT_EQ(UCS_OK, uct_remapring_pool_block_get(pool, &block));
+
+    for (size_t r = 0; r < 4; ++r) {
+        uct_remapring_pool_block_hold(pool, block, r * 1000, r * 1000 + 900);
+    }
+    /* the newest, then one more after it */
+    EXPECT_EQ(UCT_REMAPRING_POOL_UNHOLD_HELD,
+              uct_remapring_pool_block_unhold(pool, block, 3000));
+    uct_remapring_pool_block_hold(pool, block, 4000, 4900);
+    for (size_t offset : {1500, 4100, 2899}) {
+        EXPECT_EQ(UCT_REMAPRING_POOL_UNHOLD_HELD,
+                  uct_remapring_pool_block_unhold(pool, block, offset))
+                << offset;
+    }
+    /* released already, between two records, past the last */
+    for (size_t offset : {1000, 950, 3000, 5000}) {
+        EXPECT_EQ(UCT_REMAPRING_POOL_UNHOLD_NONE,
+                  uct_remapring_pool_block_unhold(pool, block, offset))
+                << offset;
+    }
+    EXPECT_EQ(1u, pool->blocks[block].nholds); /* only 0-899 */
+    uct_remapring_pool_block_hold(pool, block, 5000, 5100); /* after it */
+    EXPECT_EQ(UCT_REMAPRING_POOL_UNHOLD_HELD,
+              uct_remapring_pool_block_unhold(pool, block, 5050));
+    EXPECT_EQ(UCT_REMAPRING_POOL_UNHOLD_ATTACHED,
+              uct_remapring_pool_block_unhold(pool, block, 899));
+    uct_remapring_pool_block_put(pool, block);
+    uct_remapring_pool_destroy(pool);
+}
+
 /* A detached block with holds stays whole only so long: punched by the
  * next detach or punch_aged() once it waited punch_age_ns */
 TEST(test_ring_pool, punch_after_an_age)

@@ -260,6 +260,7 @@ uct_remapring_pool_grow(uct_remapring_pool_t *pool, unsigned count)
         block->state      = UCT_REMAPRING_POOL_BLOCK_FREE;
         block->nholds     = 0;
         block->holds      = UCT_REMAPRING_POOL_BLOCK_NONE;
+        block->holds_last = UCT_REMAPRING_POOL_BLOCK_NONE;
         block->nuntracked = 0;
         block->owner      = NULL;
         block->punch_prev = UCT_REMAPRING_POOL_BLOCK_NONE;
@@ -562,11 +563,16 @@ void uct_remapring_pool_block_hold(uct_remapring_pool_t *pool, uint32_t index,
     if (entry == UCT_REMAPRING_POOL_BLOCK_NONE) {
         ++block->nuntracked;
     } else {
-        hold          = &pool->holds[entry];
-        hold->start   = start;
-        hold->end     = end;
-        hold->next    = block->holds;
-        block->holds  = entry;
+        hold        = &pool->holds[entry];
+        hold->start = start;
+        hold->end   = end;
+        hold->next  = UCT_REMAPRING_POOL_BLOCK_NONE;
+        if (block->holds == UCT_REMAPRING_POOL_BLOCK_NONE) {
+            block->holds = entry;
+        } else {
+            pool->holds[block->holds_last].next = entry;
+        }
+        block->holds_last = entry;
     }
 
     if (block->nholds++ == 0) {
@@ -614,10 +620,11 @@ uct_remapring_pool_block_unhold(uct_remapring_pool_t *pool, uint32_t index,
 {
     uct_remapring_pool_block_t *block = &pool->blocks[index];
     uct_remapring_pool_hold_t *hold   = NULL;
+    uint32_t prev = UCT_REMAPRING_POOL_BLOCK_NONE;
     uint32_t *link;
 
     for (link = &block->holds; *link != UCT_REMAPRING_POOL_BLOCK_NONE;
-         link = &pool->holds[*link].next) {
+         prev = *link, link = &pool->holds[*link].next) {
         if ((offset >= pool->holds[*link].start) &&
             (offset < pool->holds[*link].end)) {
             hold = &pool->holds[*link];
@@ -627,6 +634,9 @@ uct_remapring_pool_block_unhold(uct_remapring_pool_t *pool, uint32_t index,
 
     if (hold != NULL) {
         /* off the block's list, onto the free one */
+        if (hold->next == UCT_REMAPRING_POOL_BLOCK_NONE) {
+            block->holds_last = prev;
+        }
         *link           = hold->next;
         hold->next      = pool->hold_free;
         pool->hold_free = hold - pool->holds;

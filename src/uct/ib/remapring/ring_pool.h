@@ -74,7 +74,9 @@ typedef struct uct_remapring_pool_hold {
 
 typedef struct uct_remapring_pool_block {
     uint32_t nholds; /* held records in this block */
-    uint32_t holds; /* list of its held records (pool->holds), or NONE */
+    uint32_t holds; /* list of its held records (pool->holds), oldest
+                       first (most are released in turn), or NONE */
+    uint32_t holds_last; /* the newest, while there are any */
     uint32_t nuntracked; /* held records not on that list (no memory for an
                             entry): their pages stay until the last hold of
                             the block is released */
