@@ -261,6 +261,7 @@ uct_remapring_pool_grow(uct_remapring_pool_t *pool, unsigned count)
         block->nholds     = 0;
         block->holds      = UCT_REMAPRING_POOL_BLOCK_NONE;
         block->holds_last = UCT_REMAPRING_POOL_BLOCK_NONE;
+        block->dirty      = 0;
         block->nuntracked = 0;
         block->owner      = NULL;
         block->punch_prev = UCT_REMAPRING_POOL_BLOCK_NONE;
@@ -320,6 +321,7 @@ uct_remapring_pool_create(const uct_remapring_pool_params_t *params,
      * made (a malloc of it may be filled at once: sanitizers) */
     pool->meta_size = ucs_align_up((size_t)params->max_blocks *
                                            (sizeof(*pool->blocks) +
+                                            sizeof(*pool->dirty) +
                                             pool->pages_per_block *
                                                     sizeof(*pool->page_holds)),
                                    page_size);
@@ -331,7 +333,9 @@ uct_remapring_pool_create(const uct_remapring_pool_params_t *params,
         status = UCS_ERR_NO_MEMORY;
         goto err_free_pool;
     }
-    pool->page_holds = (uint16_t *)(pool->blocks + params->max_blocks);
+    pool->dirty      = (uint32_t *)(pool->blocks + params->max_blocks);
+    pool->page_holds = (uint16_t *)(pool->dirty + params->max_blocks);
+    pool->ndirty     = 0;
 
     pool->max_blocks       = params->max_blocks;
     pool->holds            = NULL;
@@ -487,6 +491,31 @@ void uct_remapring_pool_block_attach(uct_remapring_pool_t *pool,
     block->slot  = slot;
 }
 
+/* Punch the pages that released records left in punched blocks (a block
+ * freed since, or taken again, is on the list at most once: the flag) */
+static void uct_remapring_pool_punch_dirty(uct_remapring_pool_t *pool)
+{
+    uct_remapring_pool_block_t *block;
+    uint32_t i, index;
+    unsigned held;
+
+    for (i = 0; i < pool->ndirty; ++i) {
+        index        = pool->dirty[i];
+        block        = &pool->blocks[index];
+        block->dirty = 0;
+        if ((block->state != UCT_REMAPRING_POOL_BLOCK_DETACHED) ||
+            uct_remapring_pool_punch_listed(pool, index)) {
+            continue;
+        }
+
+        held = uct_remapring_pool_punch_pages(pool, index, 0,
+                                              pool->pages_per_block);
+        pool->stats.held_pages -= block->held_pages - held;
+        block->held_pages       = held;
+    }
+    pool->ndirty = 0;
+}
+
 void uct_remapring_pool_block_detach(uct_remapring_pool_t *pool,
                                      uint32_t index)
 {
@@ -506,8 +535,10 @@ void uct_remapring_pool_block_detach(uct_remapring_pool_t *pool,
         block->detached_ns = uct_remapring_pool_now_ns();
         uct_remapring_pool_punch_later(pool, index);
         uct_remapring_pool_punch_due(pool, block->detached_ns);
+        uct_remapring_pool_punch_dirty(pool);
     } else {
         uct_remapring_pool_punch(pool, index);
+        uct_remapring_pool_punch_dirty(pool);
     }
     uct_remapring_pool_update_mem(pool);
 }
@@ -600,19 +631,17 @@ uct_remapring_pool_unhold_pages(uct_remapring_pool_t *pool, uint32_t index,
     }
 
     if ((freed == 0) || (block->state != UCT_REMAPRING_POOL_BLOCK_DETACHED) ||
-        !pool->punch || uct_remapring_pool_punch_listed(pool, index)) {
-        /* whole under its slot, or whole for now: punched later by the
-         * counts */
+        !pool->punch || uct_remapring_pool_punch_listed(pool, index) ||
+        block->dirty) {
+        /* whole under its slot, whole for now (punched later by the
+         * counts), or due already */
         return;
     }
 
-    freed = (last - first + 1) -
-            uct_remapring_pool_punch_pages(pool, index, first,
-                                           last - first + 1);
-    block->held_pages      -= freed;
-    pool->stats.held_pages -= freed;
-    uct_remapring_pool_update_mem(pool);
+    block->dirty                 = 1;
+    pool->dirty[pool->ndirty++] = index;
 }
+
 
 uct_remapring_pool_unhold_t
 uct_remapring_pool_block_unhold(uct_remapring_pool_t *pool, uint32_t index,

@@ -23,8 +23,10 @@
  *   (fallocate(PUNCH_HOLE)), so a held record costs its pages, not its
  *   block. The pool counts, per page, the held records that touch it, and
  *   keeps each hold's extent (in its own memory, out of a sender's reach):
- *   when a record of a detached block is released while others are still
- *   held, the pages only it touched are punched at once. Two limits apply: max_blocks blocks of address space, and
+ *   when a record of a punched block is released while others are still
+ *   held, the pages only it touched are punched at the next detach (not at
+ *   once: a drain that releases a block's records one after another in
+ *   a burst would make a system call of each). Two limits apply: max_blocks blocks of address space, and
  *   max_bytes of memory, counting free and attached blocks whole and
  *   detached ones by their held pages.
  *   Nothing here is thread safe: all calls on one pool, and on the rings
@@ -77,6 +79,7 @@ typedef struct uct_remapring_pool_block {
     uint32_t holds; /* list of its held records (pool->holds), oldest
                        first (most are released in turn), or NONE */
     uint32_t holds_last; /* the newest, while there are any */
+    uint32_t dirty; /* on pool->dirty: released pages to punch */
     uint32_t nuntracked; /* held records not on that list (no memory for an
                             entry): their pages stay until the last hold of
                             the block is released */
@@ -161,7 +164,10 @@ typedef struct uct_remapring_pool {
     void *grow_arg;
     uint32_t free_head; /* first free block or NONE */
     uct_remapring_pool_block_t *blocks; /* [max_blocks] */
-    size_t meta_size; /* the two arrays below, one mapping */
+    size_t meta_size; /* the three arrays below, one mapping */
+    uint32_t *dirty; /* [max_blocks]: punched detached blocks in which
+                        released records left pages no hold touches */
+    uint32_t ndirty;
     uint16_t *page_holds; /* [max_blocks][pages_per_block]: held records
                              touching each page (a ring puts records 64
                              bytes apart, so at most 65); UINT16_MAX sticks
