@@ -465,6 +465,13 @@ TEST(test_ring_geometry, block_size_max)
     EXPECT_FALSE(uct_remapring_ring_geometry_valid(
             UCT_REMAPRING_RING_BLOCK_MAX * 2, 2, &layout));
     EXPECT_FALSE(uct_remapring_ring_geometry_valid(1ull << 32, 2, &layout));
+    /* and past UCT_REMAPRING_RING_SLOTS_MAX slots: 2^31 of them made the
+     * slot table's size wrap to 0 (found by contrib/fuzz/fuzz_settings) */
+    EXPECT_TRUE(uct_remapring_ring_geometry_valid(
+            4096, UCT_REMAPRING_RING_SLOTS_MAX, &layout));
+    EXPECT_FALSE(uct_remapring_ring_geometry_valid(
+            4096, UCT_REMAPRING_RING_SLOTS_MAX * 2, &layout));
+    EXPECT_FALSE(uct_remapring_ring_geometry_valid(4096, 1u << 31, &layout));
 
     uct_remapring_pool_params_default(&params);
     params.block_size  = UCT_REMAPRING_POOL_BLOCK_MAX * 2;

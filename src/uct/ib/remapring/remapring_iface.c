@@ -98,7 +98,7 @@ static ucs_config_field_t uct_remapring_iface_config_table[] = {
      "Number of slots in the ring window each connected sender writes into;\n"
      "the window is RING_SLOTS * BLOCK_SIZE bytes of address space. A power\n"
      "of two, at least 2. Each remapped slot costs one VMA, counted against\n"
-     "vm.max_map_count.",
+     "vm.max_map_count. At most 65536.",
      ucs_offsetof(uct_remapring_iface_config_t, ring_slots),
      UCS_CONFIG_TYPE_UINT},
 
@@ -232,10 +232,11 @@ uct_remapring_iface_config_check(const uct_remapring_iface_config_t *config)
         return UCS_ERR_INVALID_PARAM;
     }
 
-    if ((config->ring_slots < 2) || !ucs_is_pow2(config->ring_slots)) {
+    if ((config->ring_slots < 2) || !ucs_is_pow2(config->ring_slots) ||
+        (config->ring_slots > UCT_REMAPRING_RING_SLOTS_MAX)) {
         ucs_error("remapring: UCX_REMAPRING_RING_SLOTS=%u must be a power of two"
-                  " of at least 2",
-                  config->ring_slots);
+                  " between 2 and %d",
+                  config->ring_slots, UCT_REMAPRING_RING_SLOTS_MAX);
         return UCS_ERR_INVALID_PARAM;
     }
 

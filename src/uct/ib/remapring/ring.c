@@ -24,7 +24,9 @@ int uct_remapring_ring_geometry_valid(size_t block_size, unsigned nslots,
                                       const uct_remapring_ring_layout_t *layout)
 {
     if (!ucs_is_pow2(block_size) || (block_size < 4096) ||
-        (block_size > UCT_REMAPRING_RING_BLOCK_MAX) || !ucs_is_pow2(nslots) || (nslots < 2) || (layout->align == 0) ||
+        (block_size > UCT_REMAPRING_RING_BLOCK_MAX) || !ucs_is_pow2(nslots) ||
+        (nslots < 2) || (nslots > UCT_REMAPRING_RING_SLOTS_MAX) ||
+        (layout->align == 0) ||
         !ucs_is_pow2(layout->align) || (layout->align > 4096) ||
         (layout->align_offset >= layout->align) ||
         !ucs_is_pow2(layout->rec_align) ||
@@ -382,7 +384,7 @@ uct_remapring_ring_create(uct_remapring_pool_t *pool,
     ucs_list_head_init(&ring->list);
 
     /* the slot table, and the blocks mapped in the view */
-    ring->slots = malloc(2 * ring->nslots * sizeof(*ring->slots));
+    ring->slots = malloc(2 * (size_t)ring->nslots * sizeof(*ring->slots));
     if (ring->slots == NULL) {
         ucs_error("failed to allocate slot table of %u", ring->nslots);
         status = UCS_ERR_NO_MEMORY;

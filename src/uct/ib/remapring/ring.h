@@ -126,6 +126,7 @@ BEGIN_C_DECLS
 
 #define UCT_REMAPRING_RING_ALIGN         64 /* record alignment */
 #define UCT_REMAPRING_RING_PAYLOAD_ALIGN 16 /* payload alignment */
+#define UCT_REMAPRING_RING_SLOTS_MAX     65536 /* slots of one ring */
 #define UCT_REMAPRING_RING_BLOCK_MAX     UCT_REMAPRING_POOL_BLOCK_MAX /* and
                                                  a record's length, a PAD's
                                                  and the info's block size
