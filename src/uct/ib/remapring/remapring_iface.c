@@ -25,6 +25,7 @@
 #include <ucs/time/time.h>
 #include <uct/sm/base/sm_iface.h>
 
+#include <sys/mman.h>
 #include <unistd.h>
 
 
@@ -1449,9 +1450,14 @@ static UCS_CLASS_INIT_FUNC(uct_remapring_iface_t, uct_md_h md,
         self->rx.rx_conns[index].sender.pidfd = -1;
     }
 
-    self->tx.bounce = ucs_malloc(self->tx.max_bcopy, "remapring_bounce");
-    if (self->tx.bounce == NULL) {
-        ucs_error("remapring: failed to allocate a %zu byte bounce buffer",
+    /* mapped, not allocated: a block can be up to 1 GiB, and only the
+     * pages the largest bcopy packed so far are ever faulted in */
+    self->tx.bounce = ucs_mmap(NULL, self->tx.max_bcopy,
+                               PROT_READ | PROT_WRITE,
+                               MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE,
+                               -1, 0, "remapring_bounce");
+    if (self->tx.bounce == MAP_FAILED) {
+        ucs_error("remapring: failed to map a %zu byte bounce buffer: %m",
                   self->tx.max_bcopy);
         status = UCS_ERR_NO_MEMORY;
         goto err_conns;
@@ -1486,7 +1492,7 @@ static UCS_CLASS_INIT_FUNC(uct_remapring_iface_t, uct_md_h md,
     return UCS_OK;
 
 err_bounce:
-    ucs_free(self->tx.bounce);
+    ucs_munmap(self->tx.bounce, self->tx.max_bcopy);
 err_conns:
     ucs_free(self->rx.rx_conns);
 err_pool:
@@ -1527,7 +1533,7 @@ static UCS_CLASS_CLEANUP_FUNC(uct_remapring_iface_t)
         }
     }
 
-    ucs_free(self->tx.bounce);
+    ucs_munmap(self->tx.bounce, self->tx.max_bcopy);
     ucs_free(self->rx.rx_conns);
     uct_remapring_pool_destroy(self->rx.pool);
     uct_remapring_watch_cleanup(&self->watch);
