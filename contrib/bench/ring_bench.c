@@ -31,6 +31,7 @@
 
 #define RING_BENCH_MAX_LIST 32
 #define RING_BENCH_DESC_8K  8192
+#define RING_BENCH_SAMPLE   32 /* releases per sample of held memory */
 
 
 typedef struct {
@@ -43,6 +44,7 @@ typedef struct {
     unsigned hold_depth; /* records held at once, at most */
     int punch_after; /* detached blocks kept whole; -1: the pool's default */
     double punch_age_us; /* and for how long; < 0: the pool's default */
+    long fold_pages; /* pages folded at most; -1: the pool's default */
     int fifo; /* release oldest first, else random */
     int threads; /* writer in its own thread */
     int cma; /* process_vm_writev into our own ring view */
@@ -102,6 +104,39 @@ static void *ring_bench_writer_thread(void *arg)
     return NULL;
 }
 
+/* What the memfds hold for the holds: the pool memfd's pages, less those of
+ * the blocks under the ring's slots and on the free list (mincore() through
+ * the CPU view: those blocks are never folded), plus the fold memfd's */
+static double ring_bench_held_memfd(uct_remapring_pool_t *pool)
+{
+    static unsigned char vec[1 << 22];
+    size_t page_size = 1ul << pool->page_shift;
+    size_t npages    = (size_t)pool->nblocks * pool->pages_per_block;
+    double bytes     = 0;
+    struct stat st;
+    size_t page;
+
+    if ((npages > sizeof(vec)) || (fstat(pool->fd, &st) != 0) ||
+        (mincore(pool->cpu_base, npages * page_size, vec) != 0)) {
+        return 0;
+    }
+
+    bytes = (double)st.st_blocks * 512;
+    for (page = 0; page < npages; ++page) {
+        if ((vec[page] & 1) &&
+            (pool->blocks[page / pool->pages_per_block].state !=
+             UCT_REMAPRING_POOL_BLOCK_DETACHED)) {
+            bytes -= page_size;
+        }
+    }
+
+    if ((pool->fold.fd >= 0) && (fstat(pool->fold.fd, &st) == 0)) {
+        bytes += (double)st.st_blocks * 512;
+    }
+
+    return ucs_max(bytes, 0.0);
+}
+
 static int
 ring_bench_point(const ring_bench_opts_t *opts, size_t size, double hold_pct)
 {
@@ -122,10 +157,9 @@ ring_bench_point(const ring_bench_opts_t *opts, size_t size, double hold_pct)
     struct iovec iov        = {buf, size};
     uint64_t rng            = 0x9e3779b97f4a7c15ull;
     uint64_t hold_threshold = (uint64_t)(hold_pct * 1e4 / 100.0);
-    uint64_t nmsgs = 0, bytes = 0, sink = 0, nsamples = 0;
+    uint64_t nmsgs = 0, bytes = 0, sink = 0, nsamples = 0, nreleases = 0;
     double held_pool = 0, held_payload = 0, held_payload_now = 0;
     double held_memfd = 0;
-    struct stat st;
     double start, elapsed, desc_ratio, per_msg;
     unsigned nheld = 0, i, bursts = 0;
     int ret = -1;
@@ -141,6 +175,9 @@ ring_bench_point(const ring_bench_opts_t *opts, size_t size, double hold_pct)
     }
     if (opts->punch_age_us >= 0) {
         pool_params.punch_age_ns = (uint64_t)(opts->punch_age_us * 1e3);
+    }
+    if (opts->fold_pages >= 0) {
+        pool_params.fold_pages = opts->fold_pages;
     }
 
     uct_remapring_ring_params_default(&ring_params);
@@ -231,18 +268,17 @@ ring_bench_point(const ring_bench_opts_t *opts, size_t size, double hold_pct)
                 continue;
             }
 
-            /* steady state: sample what the holds keep, then let one go */
-            uct_remapring_pool_get_stats(pool, &pool_stats);
-            held_pool += (double)pool_stats.nheld_blocks * opts->block_size;
-            /* what the memfd holds beyond the ring's own window: the pages
-             * the holds keep after punching (and blocks not punched yet) */
-            if (fstat(pool->fd, &st) == 0) {
-                held_memfd += ucs_max((double)st.st_blocks * 512 -
-                                              (double)ring->window_size,
-                                      0.0);
+            /* steady state: sample what the holds keep (one release in
+             * RING_BENCH_SAMPLE: a sample costs system calls), then let
+             * one go */
+            if ((nreleases++ % RING_BENCH_SAMPLE) == 0) {
+                uct_remapring_pool_get_stats(pool, &pool_stats);
+                held_pool += (double)pool_stats.nheld_blocks *
+                             opts->block_size;
+                held_memfd += ring_bench_held_memfd(pool);
+                held_payload += held_payload_now;
+                ++nsamples;
             }
-            held_payload += held_payload_now;
-            ++nsamples;
 
             i = opts->fifo ? 0 : (unsigned)(ring_bench_rand(&rng) % nheld);
             uct_remapring_ring_release(pool, held[i].payload);
@@ -329,12 +365,15 @@ static void ring_bench_usage(const char *prog)
            "                 it were held\n"
            "  remap_us       cost of one remap (mmap MAP_FIXED)\n"
            "  pool/held      bytes of pool kept by holds per byte of held\n"
-           "                 payload (sampled in steady state), in whole\n"
+           "                 payload (sampled in steady state, at one\n"
+           "                 release in 32), in whole\n"
            "                 blocks\n"
-           "  memfd/held     what the pool memfd holds beyond the ring's\n"
-           "                 window, per byte of held payload: the pages\n"
-           "                 holds keep once the rest of their blocks is\n"
-           "                 punched, and kept blocks not punched yet\n"
+           "  memfd/held     what the pool memfds hold for the holds, per\n"
+           "                 byte of held payload: the resident pages of\n"
+           "                 blocks that left their slots (those holds keep\n"
+           "                 once the rest of their blocks is punched, and\n"
+           "                 kept blocks not punched yet), and the fold\n"
+           "                 pages that partly used ones share\n"
            "  8K/held        the same for fixed 8 KiB receive descriptors\n"
            "  ring_B/msg     ring bytes one message takes (header, headroom,\n"
            "                 payload, 64-byte alignment)\n"
@@ -355,6 +394,8 @@ static void ring_bench_usage(const char *prog)
            "  -p N       detached blocks kept whole before they are punched,\n"
            "             the newest ones (default: the pool's, %u)\n"
            "  -a USEC    and for at most so long (default: the pool's, %.0f)\n"
+           "  -F PAGES   pages folded at most (0: no folding; default: the\n"
+           "             pool's, %u)\n"
            "  -f         release the oldest held record (default: random)\n"
            "  -T         writer in its own thread\n"
            "  -C         write with process_vm_writev (cma wire, to self)\n"
@@ -364,7 +405,8 @@ static void ring_bench_usage(const char *prog)
            "The default run takes about 10 s; e.g. '-t 5 -T' for a longer,\n"
            "two-thread run.\n",
            prog, ring_bench_pool_defaults().punch_after,
-           ring_bench_pool_defaults().punch_age_ns / 1e3);
+           ring_bench_pool_defaults().punch_age_ns / 1e3,
+           ring_bench_pool_defaults().fold_pages);
 }
 
 static int
@@ -403,6 +445,7 @@ int main(int argc, char **argv)
                               .hold_depth   = 256,
                               .punch_after  = -1,
                               .punch_age_us = -1,
+                              .fold_pages   = -1,
                               .sizes  = {64, 256, 1024, 4096, 16384, SIZE_MAX},
                               .nsizes = 6,
                               .holds  = {0, 1, 50},
@@ -410,7 +453,7 @@ int main(int argc, char **argv)
     unsigned i, j;
     int c;
 
-    while ((c = getopt(argc, argv, "t:s:H:b:n:r:c:m:d:p:a:fTCRh")) != -1) {
+    while ((c = getopt(argc, argv, "t:s:H:b:n:r:c:m:d:p:a:F:fTCRh")) != -1) {
         switch (c) {
         case 't':
             opts.seconds = strtod(optarg, NULL);
@@ -449,6 +492,9 @@ int main(int argc, char **argv)
         case 'a':
             opts.punch_age_us = strtod(optarg, NULL);
             break;
+        case 'F':
+            opts.fold_pages = atol(optarg);
+            break;
         case 'f':
             opts.fifo = 1;
             break;
@@ -476,7 +522,8 @@ int main(int argc, char **argv)
 
     printf("# ring_bench: B %zu, %u slots (window %zu KiB), headroom %u, "
            "credit batch %u, pool max %u blocks, hold depth %u (%s), "
-           "punch after %d or %.0f us, %.2f s per point, %s wire%s%s\n",
+           "punch after %d or %.0f us, fold %ld pages, %.2f s per point, "
+           "%s wire%s%s\n",
            opts.block_size, opts.nslots, opts.block_size * opts.nslots / 1024,
            opts.headroom, opts.credit_batch, opts.max_blocks, opts.hold_depth,
            opts.fifo ? "fifo" : "random",
@@ -486,6 +533,9 @@ int main(int argc, char **argv)
            (opts.punch_age_us >= 0) ?
                    opts.punch_age_us :
                    ring_bench_pool_defaults().punch_age_ns / 1e3,
+           (opts.fold_pages >= 0) ?
+                   opts.fold_pages :
+                   (long)ring_bench_pool_defaults().fold_pages,
            opts.seconds, opts.cma ? "cma" : "local",
            opts.threads ? ", writer thread" : "",
            opts.touch ? ", reader touches payload" : "");

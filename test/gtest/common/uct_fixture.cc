@@ -8,11 +8,13 @@
 
 #include <cstdarg>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <ctime>
 
 #include <algorithm>
 
+#include <dirent.h>
 #include <fcntl.h>
 #include <signal.h>
 #include <sys/uio.h>
@@ -48,6 +50,36 @@ bool cma_allowed()
     }
 
     return allowed;
+}
+
+unsigned
+for_each_fd(const std::function<void(const char *path, const char *link)> &fn)
+{
+    unsigned count = 0;
+    struct dirent *d;
+    char link[256], path[320];
+    ssize_t len;
+    DIR *dir;
+
+    dir = opendir("/proc/self/fd");
+    if (dir == nullptr) {
+        return 0;
+    }
+
+    while ((d = readdir(dir)) != nullptr) {
+        if ((d->d_name[0] == '.') || (atoi(d->d_name) == dirfd(dir))) {
+            continue;
+        }
+        ++count;
+        snprintf(path, sizeof(path), "/proc/self/fd/%s", d->d_name);
+        len = readlink(path, link, sizeof(link) - 1);
+        if (len > 0) {
+            link[len] = '\0';
+            fn(path, link);
+        }
+    }
+    closedir(dir);
+    return count;
 }
 
 void fill_pattern(void *buffer, size_t length, uint64_t seed)

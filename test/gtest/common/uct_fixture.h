@@ -81,6 +81,15 @@ private:
 bool cma_allowed();
 
 
+/**
+ * Call @a fn for each open file descriptor of this process, with its
+ * /proc/self/fd path and what that links to ("memfd:NAME (deleted)" for a
+ * memfd). Returns how many there are.
+ */
+unsigned
+for_each_fd(const std::function<void(const char *path, const char *link)> &fn);
+
+
 /** Pattern byte @a i of message @a seed: data checks are byte by byte */
 static inline uint8_t pattern(uint64_t seed, size_t i)
 {

@@ -81,6 +81,7 @@ protected:
         bool shm              = false; /* shm wire, table-only ring */
         unsigned grant_min    = 0; /* shm: quiet grant in slots, 0 all */
         bool reclaim          = false; /* shm: a quiet ring gives back */
+        int punch_after       = -1; /* -1: the pool's default */
         uct_remapring_ring_commit_t commit = UCT_REMAPRING_RING_COMMIT_TAIL;
     };
 
@@ -112,6 +113,9 @@ protected:
         pool_params.init_blocks = cfg.init_blocks;
         pool_params.grow_blocks = cfg.grow_blocks;
         pool_params.max_blocks  = cfg.max_blocks;
+        if (cfg.punch_after >= 0) {
+            pool_params.punch_after = cfg.punch_after;
+        }
         ASSERT_EQ(UCS_OK, uct_remapring_pool_create(&pool_params, &m_pool));
 
         uct_remapring_ring_params_default(&ring_params);
@@ -745,6 +749,7 @@ TEST(test_ring_pool, partial_release_gives_back_pages)
     params.block_size  = 64 * 1024;
     params.init_blocks = 4;
     params.punch_after = 1; /* the newest detached block waits whole */
+    params.fold_pages  = 0; /* punching alone; folding: fold_* below */
     ASSERT_EQ(UCS_OK, uct_remapring_pool_create(&params, &pool));
     const size_t page  = sysconf(_SC_PAGESIZE);
     const off_t ppage  = page / 512; /* st_blocks per page */
@@ -871,6 +876,7 @@ TEST(test_ring_pool, punch_after_an_age)
     params.init_blocks  = 4;
     params.punch_after  = 16;
     params.punch_age_ns = 3600ull * 1000000000ull;
+    params.fold_pages   = 0; /* punching alone */
     ASSERT_EQ(UCS_OK, uct_remapring_pool_create(&params, &pool));
     const unsigned ppb = pool->pages_per_block;
 
@@ -914,6 +920,7 @@ TEST(test_ring_pool, punch_after_the_newest)
     params.init_blocks  = NBLOCKS;
     params.punch_after  = AFTER;
     params.punch_age_ns = UINT64_MAX; /* the count alone */
+    params.fold_pages   = 0; /* punching alone */
     ASSERT_EQ(UCS_OK, uct_remapring_pool_create(&params, &pool));
     const unsigned ppb = pool->pages_per_block;
 
@@ -963,6 +970,362 @@ TEST(test_ring_pool, punch_after_the_newest)
     EXPECT_EQ(0u, pool->stats.held_pages);
     EXPECT_EQ(0u, pool->stats.ndetached);
     uct_remapring_pool_destroy(pool);
+}
+
+
+namespace {
+
+/* Resident bytes of a memfd */
+off_t fd_resident(int fd)
+{
+    struct stat st;
+
+    return (fstat(fd, &st) == 0) ? st.st_blocks * 512 : -1;
+}
+
+/* Byte i of block pattern @a tag */
+uint8_t block_byte(uint8_t tag, size_t i)
+{
+    return (uint8_t)(tag + i * 13 + (i >> 9));
+}
+
+void fill_block(void *addr, size_t size, uint8_t tag)
+{
+    for (size_t i = 0; i < size; ++i) {
+        ((uint8_t *)addr)[i] = block_byte(tag, i);
+    }
+}
+
+bool check_block(const void *addr, size_t start, size_t end, uint8_t tag)
+{
+    for (size_t i = start; i < end; ++i) {
+        if (((const uint8_t *)addr)[i] != block_byte(tag, i)) {
+            return false;
+        }
+    }
+    return true;
+}
+
+/* A pool of 64 KiB blocks that punches and folds each block as it is
+ * detached, or NULL */
+uct_remapring_pool_t *fold_test_pool(unsigned init_blocks, int fold_pages = -1)
+{
+    uct_remapring_pool_params_t params;
+    uct_remapring_pool_t *pool;
+
+    uct_remapring_pool_params_default(&params);
+    params.block_size  = 64 * 1024;
+    params.init_blocks = init_blocks;
+    params.punch_after = 0;
+    if (fold_pages >= 0) {
+        params.fold_pages = fold_pages;
+    }
+    return (uct_remapring_pool_create(&params, &pool) == UCS_OK) ? pool : NULL;
+}
+
+/* Take a block of @a pool and fill it with pattern @a tag: its CPU-view
+ * address, or NULL */
+char *fold_test_block(uct_remapring_pool_t *pool, uint32_t *block_p,
+                      uint8_t tag)
+{
+    char *addr;
+
+    if (uct_remapring_pool_block_get(pool, block_p) != UCS_OK) {
+        return NULL;
+    }
+
+    addr = (char *)uct_remapring_pool_block_addr(pool, *block_p);
+    fill_block(addr, pool->block_size, tag);
+    return addr;
+}
+
+} // namespace
+
+/* Mask of the units of a page that a byte range uses */
+TEST(test_ring_fold, mask)
+{
+    uct_remapring_fold_t fold;
+
+    ASSERT_EQ(UCS_OK, uct_remapring_fold_init(&fold, "t", 12, 1, 0));
+    EXPECT_EQ(UINT64_MAX, uct_remapring_fold_mask(&fold, 0, 4096));
+    EXPECT_EQ(UINT64_C(1), uct_remapring_fold_mask(&fold, 0, 1));
+    EXPECT_EQ(UINT64_C(1), uct_remapring_fold_mask(&fold, 0, 64));
+    EXPECT_EQ(UINT64_C(3), uct_remapring_fold_mask(&fold, 0, 65));
+    EXPECT_EQ(UINT64_C(1) << 63, uct_remapring_fold_mask(&fold, 4032, 4096));
+    EXPECT_EQ(UINT64_C(3) << 62, uct_remapring_fold_mask(&fold, 4000, 4096));
+    EXPECT_EQ(UINT64_C(0xffff0000), uct_remapring_fold_mask(&fold, 1024, 2048));
+    uct_remapring_fold_cleanup(&fold);
+}
+
+/* Held records of two blocks that use parts of pages end up in one fold
+ * page: their bytes stay where the upper layer holds them, and stores to
+ * them land there; the pool memfd gives every page of both blocks back;
+ * a freed block is mapped onto its own pages again */
+TEST(test_ring_pool, fold_shares_a_page)
+{
+    uct_remapring_pool_t *pool = fold_test_pool(4);
+    const size_t block         = 64 * 1024;
+    uint32_t a, b;
+
+    ASSERT_NE(nullptr, pool);
+    const size_t page = sysconf(_SC_PAGESIZE);
+    ASSERT_EQ(4096u, page) << "4 KiB pages assumed";
+
+    char *addr_a = fold_test_block(pool, &a, 0xa0);
+    char *addr_b = fold_test_block(pool, &b, 0xb0);
+    ASSERT_TRUE((addr_a != nullptr) && (addr_b != nullptr));
+    const off_t before = fd_resident(pool->fd);
+
+    /* a: units 16-31 of page 0, and 60-63 of page 1 with 0-7 of page 2;
+     * b: units 32-47 of page 0. No two overlap in a page */
+    const size_t a1 = 1024, a1_end = 2048;
+    const size_t a2 = 2 * page - 256, a2_end = 2 * page + 512;
+    const size_t b1 = 2048, b1_end = 3072;
+    uct_remapring_pool_block_hold(pool, a, a1, a1_end);
+    uct_remapring_pool_block_hold(pool, a, a2, a2_end);
+    uct_remapring_pool_block_hold(pool, b, b1, b1_end);
+    uct_remapring_pool_block_detach(pool, a);
+    uct_remapring_pool_block_detach(pool, b);
+
+    uct_remapring_pool_stats_t ps;
+    uct_remapring_pool_get_stats(pool, &ps);
+    EXPECT_EQ(4u, ps.nfolded);
+    EXPECT_EQ(1u, ps.fold_pages);
+    EXPECT_EQ(0u, ps.held_pages);
+    EXPECT_EQ((off_t)(2 * block), before - fd_resident(pool->fd));
+    EXPECT_EQ((off_t)page, fd_resident(pool->fold.fd));
+    EXPECT_TRUE(check_block(addr_a, a1, a1_end, 0xa0));
+    EXPECT_TRUE(check_block(addr_a, a2, a2_end, 0xa0));
+    EXPECT_TRUE(check_block(addr_b, b1, b1_end, 0xb0));
+
+    /* a store to a held record lands in the shared page */
+    addr_a[a1 + 5] = 0x42;
+    addr_b[b1 + 7] = 0x43;
+    char shared[4096];
+    ASSERT_EQ((ssize_t)page, pread(pool->fold.fd, shared, page, 0));
+    EXPECT_EQ(0x42, shared[a1 + 5]);
+    EXPECT_EQ(0x43, shared[b1 + 7]);
+    EXPECT_EQ((char)block_byte(0xa0, a2 + 300), shared[(a2 + 300) % page]);
+
+    /* b's last hold: b is free, mapped onto its own pages again */
+    EXPECT_EQ(UCT_REMAPRING_POOL_UNHOLD_FREED,
+              uct_remapring_pool_block_unhold(pool, b, b1));
+    uct_remapring_pool_get_stats(pool, &ps);
+    EXPECT_EQ(3u, ps.nfolded);
+    memset(addr_b, 0x77, block);
+    char own[4096];
+    ASSERT_EQ((ssize_t)page,
+              pread(pool->fd, own, page, (off_t)b * block));
+    EXPECT_EQ(0x77, own[b1]);
+    addr_a[a1 + 5] = (char)block_byte(0xa0, a1 + 5);
+    EXPECT_TRUE(check_block(addr_a, a1, a1_end, 0xa0));
+
+    /* a's: one page at a time; the fold page stays resident, for reuse */
+    EXPECT_EQ(UCT_REMAPRING_POOL_UNHOLD_HELD,
+              uct_remapring_pool_block_unhold(pool, a, a2 + 10));
+    uct_remapring_pool_get_stats(pool, &ps);
+    EXPECT_EQ(1u, ps.nfolded);
+    EXPECT_TRUE(check_block(addr_a, a1, a1_end, 0xa0));
+    EXPECT_EQ(UCT_REMAPRING_POOL_UNHOLD_FREED,
+              uct_remapring_pool_block_unhold(pool, a, a1));
+    uct_remapring_pool_get_stats(pool, &ps);
+    EXPECT_EQ(0u, ps.nfolded);
+    EXPECT_EQ(1u, ps.fold_pages);
+    EXPECT_EQ(0u, ps.ndetached);
+    memset(addr_a, 0x66, block);
+    ASSERT_EQ((ssize_t)page, pread(pool->fd, own, page,
+                                   (off_t)a * block + page));
+    EXPECT_EQ(0x66, own[0]);
+    uct_remapring_pool_block_put(pool, a);
+    uct_remapring_pool_block_put(pool, b);
+    uct_remapring_pool_destroy(pool);
+}
+
+/* A released record gives its units of a fold page back while others of
+ * its page stay held: another page's record can use them */
+TEST(test_ring_pool, fold_release_frees_units)
+{
+    uct_remapring_pool_t *pool = fold_test_pool(2);
+    uct_remapring_pool_stats_t ps;
+    uint32_t x, y;
+
+    ASSERT_NE(nullptr, pool);
+    ASSERT_EQ(4096, sysconf(_SC_PAGESIZE)) << "4 KiB pages assumed";
+    char *addr_x = fold_test_block(pool, &x, 0x31);
+    char *addr_y = fold_test_block(pool, &y, 0x32);
+    ASSERT_TRUE((addr_x != nullptr) && (addr_y != nullptr));
+
+    /* x: units 0-7 and 16-23 of page 0, folded together */
+    uct_remapring_pool_block_hold(pool, x, 0, 512);
+    uct_remapring_pool_block_hold(pool, x, 1024, 1536);
+    uct_remapring_pool_block_detach(pool, x);
+    uct_remapring_pool_get_stats(pool, &ps);
+    EXPECT_EQ(1u, ps.nfolded);
+    EXPECT_EQ(1u, ps.fold_pages);
+
+    /* units 0-7 go back; y's record on units 4-7 takes them */
+    EXPECT_EQ(UCT_REMAPRING_POOL_UNHOLD_HELD,
+              uct_remapring_pool_block_unhold(pool, x, 0));
+    uct_remapring_pool_block_hold(pool, y, 256, 512);
+    uct_remapring_pool_block_detach(pool, y);
+    uct_remapring_pool_get_stats(pool, &ps);
+    EXPECT_EQ(2u, ps.nfolded);
+    EXPECT_EQ(1u, ps.fold_pages);
+    EXPECT_TRUE(check_block(addr_x, 1024, 1536, 0x31));
+    EXPECT_TRUE(check_block(addr_y, 256, 512, 0x32));
+
+    uct_remapring_pool_block_unhold(pool, x, 1024);
+    uct_remapring_pool_block_unhold(pool, y, 256);
+    uct_remapring_pool_get_stats(pool, &ps);
+    EXPECT_EQ(0u, ps.nfolded);
+    EXPECT_EQ(2u, ps.nfree);
+    uct_remapring_pool_destroy(pool);
+}
+
+/* At most fold_pages pages are folded at a time; the others keep their
+ * memfd pages, and every held byte stays as it was */
+TEST(test_ring_pool, fold_limit)
+{
+    uint32_t block;
+
+    for (unsigned limit : {0u, 1u}) {
+        uct_remapring_pool_t *pool = fold_test_pool(1, limit);
+        ASSERT_NE(nullptr, pool);
+        char *addr = fold_test_block(pool, &block, 0x11);
+        ASSERT_NE(nullptr, addr);
+        for (size_t r = 0; r < 4; ++r) {
+            uct_remapring_pool_block_hold(pool, block, 8192 * r + 128,
+                                          8192 * r + 640);
+        }
+        uct_remapring_pool_block_detach(pool, block);
+
+        uct_remapring_pool_stats_t ps;
+        uct_remapring_pool_get_stats(pool, &ps);
+        EXPECT_EQ(limit, ps.nfolded);
+        EXPECT_EQ(4u - limit, ps.held_pages);
+        EXPECT_EQ(limit, ps.fold_pages);
+        EXPECT_EQ((limit > 0) ? (off_t)4096 : -1, fd_resident(pool->fold.fd));
+        for (size_t r = 0; r < 4; ++r) {
+            EXPECT_TRUE(check_block(addr, 8192 * r + 128, 8192 * r + 640,
+                                    0x11)) << "limit " << limit << " " << r;
+            uct_remapring_pool_block_unhold(pool, block, 8192 * r + 128);
+        }
+        uct_remapring_pool_get_stats(pool, &ps);
+        EXPECT_EQ(0u, ps.nfolded);
+        EXPECT_EQ(1u, ps.nfree);
+        uct_remapring_pool_destroy(pool);
+    }
+}
+
+/* Another thread stores into a held record while the pool folds its page:
+ * no store is lost, whether it reached the old page or the fold page (those
+ * that reached the old page after the copy are carried over) */
+TEST(test_ring_pool, fold_racing_stores)
+{
+    static const unsigned TRIALS = 200, WORDS = 384; /* 3 KiB */
+    static const uint64_t MAGIC  = UINT64_C(0x5eed000000000000);
+    uint64_t merged = 0;
+    uint32_t block;
+
+#if defined(__SANITIZE_THREAD__)
+    GTEST_SKIP() << "the stores race with the fold's copy on purpose: that "
+                    "race is what is tested, and ThreadSanitizer reports it";
+#endif
+
+    uct_remapring_pool_t *pool = fold_test_pool(2);
+    ASSERT_NE(nullptr, pool);
+
+    for (unsigned trial = 0; trial < TRIALS; ++trial) {
+        ASSERT_EQ(UCS_OK, uct_remapring_pool_block_get(pool, &block));
+        char *addr = (char *)uct_remapring_pool_block_addr(pool, block);
+        memset(addr, 0, 64 * 1024);
+        /* page 0, units 8-55 */
+        volatile uint64_t *words = (volatile uint64_t *)(addr + 512);
+        uct_remapring_pool_block_hold(pool, block, 512,
+                                      512 + WORDS * sizeof(uint64_t));
+
+        std::atomic<bool> ready{false}, go{false};
+        std::thread writer([&]() {
+            ready.store(true, std::memory_order_release);
+            while (!go.load(std::memory_order_acquire)) {
+            }
+            for (unsigned i = 0; i < WORDS; ++i) {
+                words[i] = MAGIC + i;
+                for (volatile unsigned spin = 0; spin < 100; ++spin) {
+                }
+            }
+        });
+
+        while (!ready.load(std::memory_order_acquire)) {
+        }
+        go.store(true, std::memory_order_release);
+        uct_remapring_pool_block_detach(pool, block); /* folds page 0 */
+        writer.join();
+
+        unsigned lost = 0;
+        for (unsigned i = 0; i < WORDS; ++i) {
+            lost += (words[i] != MAGIC + i);
+        }
+        ASSERT_EQ(0u, lost) << "trial " << trial;
+        uct_remapring_pool_stats_t ps;
+        uct_remapring_pool_get_stats(pool, &ps);
+        ASSERT_EQ(1u, ps.nfolded) << "trial " << trial;
+        merged = ps.nfold_merged;
+        EXPECT_EQ(UCT_REMAPRING_POOL_UNHOLD_FREED,
+                  uct_remapring_pool_block_unhold(pool, block, 512));
+    }
+
+    printf("[          ] %u folds under stores, %lu words carried over\n",
+           TRIALS, (unsigned long)merged);
+    uct_remapring_pool_destroy(pool);
+}
+
+/* Records of every size, a third of them held and released at random while
+ * the ring runs on, blocks punched and folded as they leave their slots:
+ * every held record keeps its bytes, and once all are released nothing
+ * stays folded */
+TEST_F(test_ring, fold_random_holds)
+{
+    config cfg;
+    cfg.block_size  = 16 * 1024;
+    cfg.nslots      = 8;
+    cfg.punch_after = 0;
+    init(cfg);
+    std::uniform_int_distribution<size_t> size_dist(1, 5000);
+    std::uniform_int_distribution<unsigned> pct(0, 99);
+
+    for (unsigned n = 0; n < 20000; ++n) {
+        if (send(size_dist(m_rng)) != UCS_OK) {
+            drain([&](uint64_t) { return pct(m_rng) < 33; });
+            while (m_held.size() > 200) {
+                release(m_rng() % m_held.size());
+            }
+        }
+    }
+    drain();
+
+    uct_remapring_pool_stats_t ps = pool_stats();
+    EXPECT_GT(ps.nfolds, 100u);
+    EXPECT_GT(ps.nfolded, 0u);
+    release_all_shuffled();
+    ps = pool_stats();
+    EXPECT_EQ(0u, ps.nfolded);
+    EXPECT_EQ(0u, ps.ndetached);
+    EXPECT_GT(ps.fold_pages, (uint64_t)UCT_REMAPRING_FOLD_KEEP);
+    uct_remapring_pool_punch_aged(m_pool); /* as a receiver now and then */
+    ps = pool_stats();
+    EXPECT_EQ((uint64_t)UCT_REMAPRING_FOLD_KEEP, ps.fold_pages);
+    EXPECT_EQ((off_t)UCT_REMAPRING_FOLD_KEEP * sysconf(_SC_PAGESIZE),
+              fd_resident(m_pool->fold.fd));
+
+    /* the blocks back under the slots carry records as before */
+    for (unsigned n = 0; n < 2000; ++n) {
+        if (send(size_dist(m_rng)) != UCS_OK) {
+            drain();
+        }
+    }
+    drain();
+    EXPECT_EQ(m_send_seq, m_recv_seq);
 }
 
 TEST_F(test_ring, pool_grows_to_max)

@@ -58,31 +58,14 @@ static std::string to_string(const usage &u)
 static usage measure()
 {
     usage u = {0, 0, 0};
-    struct dirent *d;
-    char link[256], path[320];
     struct stat st;
-    ssize_t len;
-    DIR *dir;
 
-    dir = opendir("/proc/self/fd");
-    while ((d = readdir(dir)) != nullptr) {
-        if (d->d_name[0] == '.') {
-            continue;
-        }
-        ++u.fds;
-        snprintf(path, sizeof(path), "/proc/self/fd/%s", d->d_name);
-        len = readlink(path, link, sizeof(link) - 1);
-        if (len <= 0) {
-            continue;
-        }
-        link[len] = '\0';
+    u.fds = for_each_fd([&](const char *path, const char *link) {
         if ((strstr(link, "memfd:remapring-pool") != nullptr) &&
             (stat(path, &st) == 0)) {
             u.pool_bytes += st.st_size;
         }
-    }
-    closedir(dir);
-    --u.fds; /* the directory itself */
+    });
 
     std::ifstream maps("/proc/self/maps");
     std::string line;

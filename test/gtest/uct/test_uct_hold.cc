@@ -16,6 +16,8 @@
 #include <cstring>
 #include <random>
 
+#include <sys/stat.h>
+
 using namespace remapring_test;
 
 namespace {
@@ -201,6 +203,50 @@ TEST_P(test_uct_hold, hold_all_then_release_reversed)
         ASSERT_EQ(UCS_OK, retry([&]() { return send(seed, 1000); }));
     }
     ASSERT_TRUE(wait_for([&]() { return m_received == count + 200; }));
+}
+
+/* Bytes the fold memfds of this process hold ("memfd:remapring-pool-fold",
+ * through /proc/self/fd) */
+static off_t fold_resident()
+{
+    off_t total = 0;
+    struct stat st;
+
+    for_each_fd([&](const char *path, const char *link) {
+        if ((strstr(link, "memfd:remapring-pool-fold") != NULL) &&
+            (stat(path, &st) == 0)) {
+            total += st.st_blocks * 512;
+        }
+    });
+    return total;
+}
+
+/* One message in 16 kept for long while the ring laps: the blocks they were
+ * in leave their slots and are punched, and the partly used pages of the
+ * kept messages are folded into pages they share (the fold memfd holds
+ * fewer pages than there are kept messages), every byte intact */
+TEST_P(test_uct_hold, sparse_holds_fold)
+{
+    const size_t count = 20000;
+    std::mt19937_64 rng(GetParam() + 11);
+
+    m_keep = [](uint64_t seed) { return (seed % 16) == 0; };
+    for (uint64_t seed = 1; seed <= count; ++seed) {
+        size_t length = 200 + rng() % 800;
+        ASSERT_EQ(UCS_OK, retry([&]() { return send(seed, length); }));
+        progress();
+    }
+    ASSERT_TRUE(wait_for([&]() { return m_received == count; }));
+    ASSERT_EQ(count / 16, m_held.size());
+
+    off_t resident = fold_resident();
+    printf("[ INFO     ] %zu kept, fold pages %.0f\n", m_held.size(),
+           resident / 4096.0);
+    EXPECT_GT(resident, 0);
+    EXPECT_LT(resident, (off_t)(m_held.size() * 4096 / 2));
+
+    std::shuffle(m_held.begin(), m_held.end(), rng);
+    release_all(); /* each checks its bytes */
 }
 
 /* Held descriptors stay valid after the sender's endpoint is gone and the

@@ -137,6 +137,18 @@ static ucs_config_field_t uct_remapring_iface_config_table[] = {
      ucs_offsetof(uct_remapring_iface_config_t, max_peers),
      UCS_CONFIG_TYPE_UINT},
 
+    {"FOLD_PAGES", "8192",
+     "Pages of kept messages the receive pool may fold at a time. A message\n"
+     "kept in place keeps the pages it touches; where it starts or ends in\n"
+     "part of a page, that part is copied into a page shared with the parts\n"
+     "of other kept messages, at the same offsets, and mapped in place (once\n"
+     "its block was punched: kept a millisecond, or pushed out by newer\n"
+     "ones), so that a kept message costs about its bytes. Each folded page\n"
+     "is one mapping of its own; all the pools of a process fold at most a\n"
+     "quarter of vm.max_map_count pages. 0 turns folding off.",
+     ucs_offsetof(uct_remapring_iface_config_t, fold_pages),
+     UCS_CONFIG_TYPE_UINT},
+
     {"RX_INLINE", "1k",
      "Largest message delivered to the upper layer to be copied, as the data\n"
      "inline in UCX's shared memory FIFOs, rather than with a descriptor it\n"
@@ -1415,6 +1427,7 @@ static UCS_CLASS_INIT_FUNC(uct_remapring_iface_t, uct_md_h md,
                                       pool_params.max_blocks);
     pool_params.grow_blocks = config->ring_slots;
     pool_params.name        = "remapring-pool";
+    pool_params.fold_pages  = config->fold_pages;
     self->verbs             = NULL;
 #ifdef HAVE_VERBS
     if (ops == &uct_remapring_verbs_iface_tl_ops) {

@@ -58,6 +58,7 @@ typedef struct uct_remapring_iface_config {
     unsigned                  max_peers;    /* senders one iface accepts */
     size_t                    max_short;    /* largest am_short payload */
     size_t                    rx_inline;    /* delivered to be copied */
+    unsigned                  fold_pages;   /* kept pages folded, at most */
     double                    bandwidth;    /* reported to UCP, or auto */
     ucs_time_t                latency;      /* reported to UCP, or auto */
     ucs_time_t                overhead;     /* reported to UCP, or auto */

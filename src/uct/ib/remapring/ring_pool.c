@@ -52,17 +52,18 @@ void uct_remapring_pool_params_default(uct_remapring_pool_params_t *params)
     params->punch        = 1;
     params->punch_after  = 16;
     params->punch_age_ns = 1000000; /* 1 ms */
+    params->fold_pages   = 8192;
     params->grow_cb      = NULL;
     params->grow_arg     = NULL;
 }
 
 /* Pages counted against max_bytes: free and attached blocks whole, detached
- * ones by their held pages */
+ * ones by their held pages, and the fold pages that hold memory */
 static uint64_t uct_remapring_pool_mem_pages(const uct_remapring_pool_t *pool)
 {
     return ((uint64_t)(pool->nblocks - pool->stats.ndetached) *
             pool->pages_per_block) +
-           pool->stats.held_pages;
+           pool->stats.held_pages + uct_remapring_fold_resident(&pool->fold);
 }
 
 static void uct_remapring_pool_update_mem(uct_remapring_pool_t *pool)
@@ -94,26 +95,113 @@ uct_remapring_pool_page_holds(const uct_remapring_pool_t *pool, uint32_t block)
     return &pool->page_holds[(size_t)block * pool->pages_per_block];
 }
 
+/* Whether page @a page of the block whose first CPU-view page is
+ * @a cpu_page keeps its memfd page: held records touch it, and it is not
+ * folded */
+static UCS_F_ALWAYS_INLINE int
+uct_remapring_pool_page_kept(const uct_remapring_pool_t *pool,
+                             const uint16_t *holds, uint64_t cpu_page,
+                             unsigned page)
+{
+    return (holds[page] > 0) &&
+           !uct_remapring_fold_is_folded(&pool->fold, cpu_page + page);
+}
+
+/* Units of page @a page of its block that held record @a hold uses */
+static uint64_t
+uct_remapring_pool_hold_mask(const uct_remapring_pool_t *pool,
+                             const uct_remapring_pool_hold_t *hold,
+                             size_t page)
+{
+    size_t start = (size_t)page << pool->page_shift;
+    size_t end   = start + (1ul << pool->page_shift);
+
+    return uct_remapring_fold_mask(&pool->fold,
+                                   ucs_max(hold->start, start) - start,
+                                   ucs_min(hold->end, end) - start);
+}
+
+/* Fold the partly used held pages of detached block @a index: those where
+ * a held record starts or ends (the pages between are its alone, whole) */
+static void uct_remapring_pool_fold_block(uct_remapring_pool_t *pool,
+                                          uint32_t index)
+{
+    uct_remapring_pool_block_t *block = &pool->blocks[index];
+    const uint16_t *holds = uct_remapring_pool_page_holds(pool, index);
+    uint64_t *masks       = pool->fold_masks;
+    uint64_t cpu_page     = (uint64_t)index * pool->pages_per_block;
+    const uct_remapring_pool_hold_t *hold;
+    size_t pages[2];
+    uint32_t entry;
+    unsigned i;
+
+    if ((pool->fold.max_pages == 0) || (block->nuntracked > 0)) {
+        return; /* off, or some extents unknown */
+    }
+
+    for (entry = block->holds; entry != UCT_REMAPRING_POOL_BLOCK_NONE;
+         entry = pool->holds[entry].next) {
+        hold                                   = &pool->holds[entry];
+        masks[hold->start >> pool->page_shift] = 0;
+        masks[(hold->end - 1) >> pool->page_shift] = 0;
+    }
+
+    for (entry = block->holds; entry != UCT_REMAPRING_POOL_BLOCK_NONE;
+         entry = pool->holds[entry].next) {
+        hold              = &pool->holds[entry];
+        pages[0]          = hold->start >> pool->page_shift;
+        pages[1]          = (hold->end - 1) >> pool->page_shift;
+        masks[pages[0]]  |= uct_remapring_pool_hold_mask(pool, hold, pages[0]);
+        masks[pages[1]]  |= uct_remapring_pool_hold_mask(pool, hold, pages[1]);
+    }
+
+    for (entry = block->holds; entry != UCT_REMAPRING_POOL_BLOCK_NONE;
+         entry = pool->holds[entry].next) {
+        hold     = &pool->holds[entry];
+        pages[0] = hold->start >> pool->page_shift;
+        pages[1] = (hold->end - 1) >> pool->page_shift;
+        for (i = 0; i < 2; ++i) {
+            /* a page's mask is cleared once it was tried */
+            if ((masks[pages[i]] != 0) && (holds[pages[i]] != UINT16_MAX) &&
+                uct_remapring_fold_page(
+                        &pool->fold, cpu_page + pages[i],
+                        UCS_PTR_BYTE_OFFSET(
+                                uct_remapring_pool_block_addr(pool, index),
+                                pages[i] << pool->page_shift),
+                        masks[pages[i]], pool->fd,
+                        ((off_t)index << pool->block_shift) +
+                                ((off_t)pages[i] << pool->page_shift))) {
+                block->folded = 1;
+            }
+            masks[pages[i]] = 0;
+        }
+    }
+}
+
 /* Give back the memory of pages [first, first + count) of @a block that no
- * held record touches: the held ones stay, at their CPU-view addresses.
- * Returns how many stay. */
+ * held record touches, or whose held records moved to a fold page: the
+ * held ones stay, at their CPU-view addresses. Returns how many stay. */
 static unsigned uct_remapring_pool_punch_pages(uct_remapring_pool_t *pool,
                                                uint32_t block, unsigned first,
                                                unsigned count)
 {
     const uint16_t *holds = uct_remapring_pool_page_holds(pool, block);
     off_t base            = (off_t)block << pool->block_shift;
+    uint64_t cpu_page     = (uint64_t)block * pool->pages_per_block;
     unsigned end          = first + count;
     unsigned page, run, held = 0;
 
     for (page = first; page < end; page += run) {
-        if (holds[page] > 0) {
+        if (uct_remapring_pool_page_kept(pool, holds, cpu_page, page)) {
             run = 1;
             ++held;
             continue;
         }
 
-        for (run = 1; (page + run < end) && (holds[page + run] == 0); ++run) {
+        for (run = 1; (page + run < end) &&
+                      !uct_remapring_pool_page_kept(pool, holds, cpu_page,
+                                                    page + run);
+             ++run) {
         }
 
         /* failure only costs memory: the pages stay as they are */
@@ -141,6 +229,7 @@ static void uct_remapring_pool_punch(uct_remapring_pool_t *pool,
         /* every page stays */
         held = pool->pages_per_block;
     } else {
+        uct_remapring_pool_fold_block(pool, block);
         held = uct_remapring_pool_punch_pages(pool, block, 0,
                                               pool->pages_per_block);
     }
@@ -262,6 +351,7 @@ uct_remapring_pool_grow(uct_remapring_pool_t *pool, unsigned count)
         block->holds      = UCT_REMAPRING_POOL_BLOCK_NONE;
         block->holds_last = UCT_REMAPRING_POOL_BLOCK_NONE;
         block->dirty      = 0;
+        block->folded     = 0;
         block->nuntracked = 0;
         block->owner      = NULL;
         block->punch_prev = UCT_REMAPRING_POOL_BLOCK_NONE;
@@ -323,7 +413,9 @@ uct_remapring_pool_create(const uct_remapring_pool_params_t *params,
                                            (sizeof(*pool->blocks) +
                                             sizeof(*pool->dirty) +
                                             pool->pages_per_block *
-                                                    sizeof(*pool->page_holds)),
+                                                    sizeof(*pool->page_holds)) +
+                                           pool->pages_per_block *
+                                                   sizeof(*pool->fold_masks),
                                    page_size);
     pool->blocks    = mmap(NULL, pool->meta_size, PROT_READ | PROT_WRITE,
                            MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
@@ -333,7 +425,8 @@ uct_remapring_pool_create(const uct_remapring_pool_params_t *params,
         status = UCS_ERR_NO_MEMORY;
         goto err_free_pool;
     }
-    pool->dirty      = (uint32_t *)(pool->blocks + params->max_blocks);
+    pool->fold_masks = (uint64_t *)(pool->blocks + params->max_blocks);
+    pool->dirty      = (uint32_t *)(pool->fold_masks + pool->pages_per_block);
     pool->page_holds = (uint16_t *)(pool->dirty + params->max_blocks);
     pool->ndirty     = 0;
 
@@ -355,12 +448,21 @@ uct_remapring_pool_create(const uct_remapring_pool_params_t *params,
     pool->stats.max_blocks = params->max_blocks;
     ucs_list_head_init(&pool->waiters);
 
+    status = uct_remapring_fold_init(&pool->fold, "remapring-pool-fold",
+                                     pool->page_shift,
+                                     (uint64_t)params->max_blocks *
+                                             pool->pages_per_block,
+                                     params->punch ? params->fold_pages : 0);
+    if (status != UCS_OK) {
+        goto err_free_blocks;
+    }
+
     pool->fd = memfd_create(params->name ? params->name : "remapring-pool",
                             MFD_CLOEXEC | MFD_ALLOW_SEALING);
     if (pool->fd < 0) {
         ucs_error("memfd_create failed: %m");
         status = UCS_ERR_IO_ERROR;
-        goto err_free_blocks;
+        goto err_fold;
     }
 
     /* The pool only grows: sealed, it cannot shrink under a writer that
@@ -399,6 +501,8 @@ err_unmap:
     munmap(pool->cpu_base, reserve);
 err_close_fd:
     close(pool->fd);
+err_fold:
+    uct_remapring_fold_cleanup(&pool->fold);
 err_free_blocks:
     munmap(pool->blocks, pool->meta_size);
 err_free_pool:
@@ -418,6 +522,7 @@ void uct_remapring_pool_destroy(uct_remapring_pool_t *pool)
 
     munmap(pool->cpu_base, (size_t)pool->max_blocks << pool->block_shift);
     close(pool->fd);
+    uct_remapring_fold_cleanup(&pool->fold);
     free(pool->holds);
     munmap(pool->blocks, pool->meta_size);
     free(pool);
@@ -474,10 +579,15 @@ void uct_remapring_pool_block_put(uct_remapring_pool_t *pool, uint32_t index)
 
 void uct_remapring_pool_punch_aged(uct_remapring_pool_t *pool)
 {
+    if ((pool->nunpunched == 0) && !uct_remapring_fold_trimmable(&pool->fold)) {
+        return;
+    }
+
     if (pool->nunpunched > 0) {
         uct_remapring_pool_punch_due(pool, uct_remapring_pool_now_ns());
-        uct_remapring_pool_update_mem(pool);
     }
+    uct_remapring_fold_trim(&pool->fold);
+    uct_remapring_pool_update_mem(pool);
 }
 
 void uct_remapring_pool_block_attach(uct_remapring_pool_t *pool,
@@ -508,6 +618,7 @@ static void uct_remapring_pool_punch_dirty(uct_remapring_pool_t *pool)
             continue;
         }
 
+        uct_remapring_pool_fold_block(pool, index);
         held = uct_remapring_pool_punch_pages(pool, index, 0,
                                               pool->pages_per_block);
         pool->stats.held_pages -= block->held_pages - held;
@@ -540,6 +651,7 @@ void uct_remapring_pool_block_detach(uct_remapring_pool_t *pool,
         uct_remapring_pool_punch(pool, index);
         uct_remapring_pool_punch_dirty(pool);
     }
+    uct_remapring_fold_trim(&pool->fold);
     uct_remapring_pool_update_mem(pool);
 }
 
@@ -619,14 +731,30 @@ uct_remapring_pool_unhold_pages(uct_remapring_pool_t *pool, uint32_t index,
                                 const uct_remapring_pool_hold_t *hold)
 {
     uct_remapring_pool_block_t *block = &pool->blocks[index];
-    uint16_t *holds = uct_remapring_pool_page_holds(pool, index);
-    unsigned first  = hold->start >> pool->page_shift;
-    unsigned last   = (hold->end - 1) >> pool->page_shift;
+    uint16_t *holds    = uct_remapring_pool_page_holds(pool, index);
+    unsigned first     = hold->start >> pool->page_shift;
+    unsigned last      = (hold->end - 1) >> pool->page_shift;
+    uint64_t cpu_page  = (uint64_t)index * pool->pages_per_block;
     unsigned page, freed = 0;
 
     for (page = first; page <= last; ++page) {
-        if (holds[page] != UINT16_MAX) {
-            freed += (--holds[page] == 0);
+        if (holds[page] == UINT16_MAX) {
+            continue;
+        } else if (--holds[page] > 0) {
+            if ((page == first) || (page == last)) {
+                /* its units of a page others still use, maybe folded */
+                uct_remapring_fold_shrink(
+                        &pool->fold, cpu_page + page,
+                        uct_remapring_pool_hold_mask(pool, hold, page));
+            }
+            continue;
+        }
+
+        if (uct_remapring_fold_is_folded(&pool->fold, cpu_page + page)) {
+            /* its memfd page is punched already: its units are free */
+            uct_remapring_fold_unpage(&pool->fold, cpu_page + page);
+        } else {
+            ++freed;
         }
     }
 
@@ -642,6 +770,29 @@ uct_remapring_pool_unhold_pages(uct_remapring_pool_t *pool, uint32_t index,
     pool->dirty[pool->ndirty++] = index;
 }
 
+
+/* The last hold of detached block @a index, which had pages folded, was
+ * released: its pages leave their fold pages, and its CPU view maps its own
+ * memfd pages again before the block is handed out. If that fails the block
+ * is never handed out again (it stays detached, with no holds). */
+static ucs_status_t uct_remapring_pool_unfold(uct_remapring_pool_t *pool,
+                                              uint32_t index)
+{
+    if (uct_remapring_fold_restore(&pool->fold,
+                                   (uint64_t)index * pool->pages_per_block,
+                                   pool->pages_per_block,
+                                   uct_remapring_pool_block_addr(pool, index),
+                                   pool->fd,
+                                   (off_t)index << pool->block_shift) !=
+        UCS_OK) {
+        ucs_error("pool %p: block %u is lost: its CPU view cannot be mapped"
+                  " back", pool, index); /* and the mmap error above */
+        return UCS_ERR_NO_MEMORY;
+    }
+
+    pool->blocks[index].folded = 0;
+    return UCS_OK;
+}
 
 uct_remapring_pool_unhold_t
 uct_remapring_pool_block_unhold(uct_remapring_pool_t *pool, uint32_t index,
@@ -689,6 +840,10 @@ uct_remapring_pool_block_unhold(uct_remapring_pool_t *pool, uint32_t index,
            pool->pages_per_block * sizeof(uint16_t));
     if (block->state != UCT_REMAPRING_POOL_BLOCK_DETACHED) {
         return UCT_REMAPRING_POOL_UNHOLD_ATTACHED;
+    }
+
+    if (block->folded && (uct_remapring_pool_unfold(pool, index) != UCS_OK)) {
+        return UCT_REMAPRING_POOL_UNHOLD_HELD; /* lost, logged */
     }
 
     /* back whole: its punched pages fault in again when written */
@@ -768,5 +923,9 @@ ucs_status_t uct_remapring_pool_check_fd(int fd, size_t *size_p)
 void uct_remapring_pool_get_stats(const uct_remapring_pool_t *pool,
                                   uct_remapring_pool_stats_t *stats)
 {
-    *stats = pool->stats;
+    *stats              = pool->stats;
+    stats->fold_pages   = uct_remapring_fold_resident(&pool->fold);
+    stats->nfolded      = pool->fold.nfolded;
+    stats->nfolds       = pool->fold.nfolds;
+    stats->nfold_merged = pool->fold.nmerged;
 }

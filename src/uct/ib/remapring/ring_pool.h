@@ -26,12 +26,20 @@
  *   when a record of a punched block is released while others are still
  *   held, the pages only it touched are punched at the next detach (not at
  *   once: a drain that releases a block's records one after another in
- *   a burst would make a system call of each). Two limits apply: max_blocks blocks of address space, and
- *   max_bytes of memory, counting free and attached blocks whole and
- *   detached ones by their held pages.
+ *   a burst would make a system call of each).
+ * - Folding (ring_fold.h): when a detached block is punched, the partly
+ *   used held pages (where a held record starts or ends) are folded into
+ *   pages they share with those of other held records, so that a held
+ *   record costs about its bytes. A block that had pages folded is mapped
+ *   back onto its own memfd pages when its last hold is released.
+ * - Two limits apply: max_blocks blocks of address space, and max_bytes of
+ *   memory, counting free and attached blocks whole, detached ones by their
+ *   held pages, and the fold pages that hold memory.
  *   Nothing here is thread safe: all calls on one pool, and on the rings
  *   made from it, are serialised by the caller (the receiver).
  */
+
+#include <uct/ib/remapring/ring_fold.h>
 
 #include <ucs/datastruct/list.h>
 #include <ucs/sys/compiler_def.h>
@@ -86,7 +94,9 @@ typedef struct uct_remapring_pool_block {
     uint32_t next_free; /* free list link, while FREE */
     uint32_t state; /* uct_remapring_pool_block_state_t */
     uint32_t slot; /* slot it backs, while ATTACHED */
-    uint32_t held_pages; /* pages kept, while DETACHED */
+    uint32_t held_pages; /* pages kept, while DETACHED (not folded ones) */
+    uint32_t folded; /* pages of it were folded since it left its slot: its
+                        CPU view is to be mapped back before reuse */
     uint32_t punch_prev; /* list of DETACHED blocks not punched yet */
     uint32_t punch_next;
     uint64_t detached_ns; /* when it was detached, while on that list */
@@ -111,6 +121,8 @@ typedef struct uct_remapring_pool_params {
                              page faults when reused */
     uint64_t punch_age_ns; /* and only for so long: a hold that lasts is
                               not one that ends soon */
+    uint32_t fold_pages; /* CPU-view pages folded at a time at most
+                            (ring_fold.h); 0: never. Only with punch */
     /* called for each chunk of blocks made, before any is handed out (a
      * device registers it); an error fails the growth. Or NULL */
     ucs_status_t (*grow_cb)(void *arg, uint32_t first, unsigned count,
@@ -135,6 +147,10 @@ typedef struct uct_remapring_pool_stats {
     uint64_t held_pages; /* pages kept by detached blocks */
     uint64_t npunches; /* fallocate(PUNCH_HOLE) calls */
     uint64_t mem_bytes; /* memory counted against max_bytes */
+    uint64_t fold_pages; /* fold pages holding memory */
+    uint64_t nfolded; /* CPU-view pages folded now */
+    uint64_t nfolds; /* folds done */
+    uint64_t nfold_merged; /* words a store racing a fold changed */
 } uct_remapring_pool_stats_t;
 
 
@@ -164,7 +180,7 @@ typedef struct uct_remapring_pool {
     void *grow_arg;
     uint32_t free_head; /* first free block or NONE */
     uct_remapring_pool_block_t *blocks; /* [max_blocks] */
-    size_t meta_size; /* the three arrays below, one mapping */
+    size_t meta_size; /* the arrays below, one mapping */
     uint32_t *dirty; /* [max_blocks]: punched detached blocks in which
                         released records left pages no hold touches */
     uint32_t ndirty;
@@ -172,6 +188,8 @@ typedef struct uct_remapring_pool {
                              touching each page (a ring puts records 64
                              bytes apart, so at most 65); UINT16_MAX sticks
                              until the block's last release */
+    uint64_t *fold_masks; /* [pages_per_block]: scratch of a fold */
+    uct_remapring_fold_t fold; /* the pages held records share */
     uct_remapring_pool_hold_t *holds; /* entries, holds_size of them */
     uint32_t holds_size;
     uint32_t hold_free; /* free entries, or NONE */
@@ -182,7 +200,8 @@ typedef struct uct_remapring_pool {
 
 /**
  * Fill @a params with defaults: 64 KiB blocks, 64 initial, grow by 64, at
- * most 4096 blocks (256 MiB), no lower memory limit.
+ * most 4096 blocks (256 MiB), no lower memory limit, up to 8192 pages
+ * folded.
  */
 void uct_remapring_pool_params_default(uct_remapring_pool_params_t *params);
 
@@ -250,7 +269,8 @@ void uct_remapring_pool_block_hold(uct_remapring_pool_t *pool, uint32_t block,
 
 /**
  * Punch the detached blocks that have waited whole for longer than
- * punch_age_ns (a detach does it too): for a receiver that went quiet.
+ * punch_age_ns (a detach does it too), and the free fold pages past the few
+ * kept: for a receiver that went quiet.
  */
 void uct_remapring_pool_punch_aged(uct_remapring_pool_t *pool);
 
