@@ -105,8 +105,8 @@ static void *ring_bench_writer_thread(void *arg)
 }
 
 /* What the memfds hold for the holds: the pool memfd's pages, less those of
- * the blocks under the ring's slots and on the free list (mincore() through
- * the CPU view: those blocks are never folded), plus the fold memfd's */
+ * the blocks under the ring's slots and on the free lists (mincore() through
+ * the CPU view), plus the fold memfd's */
 static double ring_bench_held_memfd(uct_remapring_pool_t *pool)
 {
     static unsigned char vec[1 << 22];
@@ -121,11 +121,14 @@ static double ring_bench_held_memfd(uct_remapring_pool_t *pool)
         return 0;
     }
 
+    /* a free block waiting to be mapped back after a fold may still map
+     * fold pages, counted below: its pages that do are not its own */
     bytes = (double)st.st_blocks * 512;
     for (page = 0; page < npages; ++page) {
         if ((vec[page] & 1) &&
             (pool->blocks[page / pool->pages_per_block].state !=
-             UCT_REMAPRING_POOL_BLOCK_DETACHED)) {
+             UCT_REMAPRING_POOL_BLOCK_DETACHED) &&
+            ((pool->fold.of == NULL) || (pool->fold.of[page] == 0))) {
             bytes -= page_size;
         }
     }

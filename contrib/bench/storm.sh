@@ -50,8 +50,9 @@ Figures, for the receiver (ucp_storm's header says how each is taken):
              or posix segments, is shared memory)
   pool       remapring only: receive pool blocks off their free lists
              (uct_remapring_pool_total_used() x UCX_REMAPRING_BLOCK_SIZE)
-  memfd      remapring only: bytes the pool memfds hold (st_blocks; pages
-             punched under kept blocks are not counted)
+  memfd      remapring only: bytes the pool memfds and their fold memfds
+             hold (st_blocks; pages punched under kept blocks are not
+             counted)
   8k-desc    computed, not measured: what fixed 8 KiB receive descriptors
              (posix's) would hold per payload byte, ceil(S / 8 KiB) x 8 KiB / S
   drain      from the first receive posted to the last one complete, and
@@ -261,7 +262,7 @@ for r in table:
     print(line(r))
 print("held bytes per payload byte, (peak - before) / payload, medians of "
       "%d run(s); rss = RssAnon + RssFile + RssShmem; pool = remapring "
-      "pool blocks in use, memfd = what the pool memfd holds; 8k-desc "
+      "pool blocks in use, memfd = what the pool and fold memfds hold; 8k-desc "
       "computed; ratios remapring / %s (below 1: remapring holds less, "
       "drains faster)" % (max(m["runs"] for m in med_of.values()), BASE))
 

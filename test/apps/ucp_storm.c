@@ -24,9 +24,12 @@
  *                (UCX_REMAPRING_BLOCK_SIZE, 64k by default)
  *   pool_memfd   the bytes the pool memfds really hold (st_blocks * 512:
  *                the pool punches the pages of a kept block that no kept
- *                message touches); the pools are the "memfd:remapring-pool"
- *                descriptors this process has once its worker is created,
- *                before it opens any peer's pool
+ *                message touches, and folds the pages they use in part
+ *                into pages of a fold memfd); the pools are the
+ *                "memfd:remapring-pool" descriptors this process has once
+ *                its worker is created, before it opens any peer's pool,
+ *                and the fold memfds ("memfd:remapring-pool-fold", made at
+ *                the first fold, only ever this process's) at each sample
  * and "held bytes per payload byte", (peak - before) / (N * S), for the RSS
  * total, the pool blocks and the pool memfd. The receive buffers (N * S)
  * are allocated and touched before the first sample.
@@ -74,6 +77,7 @@
 
 #define STORM_TAG  0x5707ull
 #define DONE_TAG   0xd0e0ull
+#define FLOW_TAG   0xf10eull
 #define WARM_TAG   0x3a3eull
 #define MAX_POOLS  16
 #define INFO_LEN   512
@@ -85,7 +89,17 @@ static struct {
     double   timeout;
     double   interval;
     int      verbose;
-} opt = {4096, 4096, 64, 120, 1000, 0};
+    uint64_t keep_every; /* -k: one message in this many is kept */
+} opt = {4096, 4096, 64, 120, 1000, 0, 1};
+
+/* Sparse storms (-k K > 1): the sender sends K messages for each of the N
+ * kept ones, and K - 1 of them (FLOW_TAG) find a receive the receiver
+ * posted before the storm, so only one in K stays unexpected: the holds a
+ * receiver sees when some of its traffic comes before its receives */
+static inline int storm_is_kept(uint64_t j)
+{
+    return (j % opt.keep_every) == (opt.keep_every - 1);
+}
 
 /* what the sender tells the receiver after its endpoint is up */
 typedef struct {
@@ -303,6 +317,35 @@ static void find_pools(void)
     closedir(dir);
 }
 
+/* Bytes the fold memfds of this process hold */
+static uint64_t fold_memfd(void)
+{
+    DIR           *dir = opendir("/proc/self/fd");
+    uint64_t      bytes = 0;
+    struct dirent *de;
+    char          path[300], link[256];
+    struct stat   st;
+    ssize_t       n;
+
+    if (dir == NULL) {
+        return 0;
+    }
+    while ((de = readdir(dir)) != NULL) {
+        snprintf(path, sizeof(path), "/proc/self/fd/%s", de->d_name);
+        n = readlink(path, link, sizeof(link) - 1);
+        if (n <= 0) {
+            continue;
+        }
+        link[n] = '\0';
+        if ((strstr(link, "memfd:remapring-pool-fold") != NULL) &&
+            (stat(path, &st) == 0)) {
+            bytes += (uint64_t)st.st_blocks * 512;
+        }
+    }
+    closedir(dir);
+    return bytes;
+}
+
 static void sample(mem_t *m)
 {
     FILE          *f = fopen("/proc/self/status", "r");
@@ -331,6 +374,9 @@ static void sample(mem_t *m)
         if (fstat(pool.fds[k], &st) == 0) {
             m->pool_memfd += (uint64_t)st.st_blocks * 512;
         }
+    }
+    if (pool.pool_used != NULL) {
+        m->pool_memfd += fold_memfd();
     }
 }
 
@@ -541,16 +587,21 @@ static int sender(void)
     double              t0, t_post;
     ssize_t             n;
 
+    uint64_t            total = opt.count * opt.keep_every;
+    char                *flow;
+
     setup(&ctx, &worker, &ep, 0);
     buf  = malloc(opt.count * opt.size + 8);
-    reqs = calloc(opt.count, sizeof(*reqs));
-    if (buf == NULL || reqs == NULL) {
+    flow = malloc(opt.size);
+    reqs = calloc(total, sizeof(*reqs));
+    if (buf == NULL || flow == NULL || reqs == NULL) {
         fprintf(stderr, "ucp_storm: sender: out of memory\n");
         return 2;
     }
     for (i = 0; i < opt.count; ++i) {
         fill(buf + i * opt.size, i, opt.size);
     }
+    fill(flow, UINT64_MAX, opt.size);
     warmup(worker, ep, buf, 0);
     describe_ep(ep, &info);
     if (xfer(oob_fd, &info, sizeof(info), 1)) {
@@ -559,9 +610,11 @@ static int sender(void)
 
     oob_barrier(); /* the receiver has taken its first sample */
     t0 = now_usec();
-    for (i = 0; i < opt.count; ++i) {
-        reqs[i] = ucp_tag_send_nbx(ep, buf + i * opt.size, opt.size,
-                                   STORM_TAG, &param);
+    for (i = 0; i < total; ++i) {
+        reqs[i] = storm_is_kept(i) ?
+                  ucp_tag_send_nbx(ep, buf + (i / opt.keep_every) * opt.size,
+                                   opt.size, STORM_TAG, &param) :
+                  ucp_tag_send_nbx(ep, flow, opt.size, FLOW_TAG, &param);
         if (UCS_PTR_IS_ERR(reqs[i])) {
             fprintf(stderr, "ucp_storm: send %" PRIu64 ": %s\n", i,
                     ucs_status_string(UCS_PTR_STATUS(reqs[i])));
@@ -592,7 +645,7 @@ static int sender(void)
             return 3;
         }
         ucp_worker_progress(worker);
-        while (first_open < opt.count) {
+        while (first_open < total) {
             if (reqs[first_open] != NULL) {
                 status = ucp_request_check_status(reqs[first_open]);
                 if (status == UCS_INPROGRESS) {
@@ -610,14 +663,15 @@ static int sender(void)
         }
     }
     progress_until(worker, done_req, "send done");
-    for (i = first_open; i < opt.count; ++i) {
+    for (i = first_open; i < total; ++i) {
         progress_until(worker, reqs[i], "send");
     }
     printf("storm: sender posted %" PRIu64 " sends in %.0f usec\n",
-           opt.count, t_post);
+           total, t_post);
     fflush(stdout);
     teardown(ctx, worker, ep);
     free(reqs);
+    free(flow);
     free(buf);
     return 0;
 }
@@ -628,8 +682,45 @@ static struct {
     uint32_t *length;
     uint8_t  *done;
     uint64_t ndone;
+    uint64_t nflow; /* FLOW_TAG messages received */
     uint64_t errors;
 } rx;
+
+static void flow_done(void *request, ucs_status_t status,
+                      const ucp_tag_recv_info_t *info, void *user_data)
+{
+    if ((status != UCS_OK) || (info->length != opt.size)) {
+        fprintf(stderr, "ucp_storm: flow receive: %s, %zu bytes\n",
+                ucs_status_string(status), info->length);
+        ++rx.errors;
+    }
+    ++rx.nflow;
+}
+
+/* Sparse storms: a receive posted for each FLOW_TAG message, all into one
+ * buffer (what they carry is not looked at) */
+static ucs_status_ptr_t *post_flow(ucp_worker_h worker, void *flow,
+                                   uint64_t nflow)
+{
+    ucp_request_param_t param;
+    ucs_status_ptr_t *reqs = calloc(nflow ? nflow : 1, sizeof(*reqs));
+    uint64_t i;
+
+    for (i = 0; (reqs != NULL) && (i < nflow); ++i) {
+        param.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK |
+                             UCP_OP_ATTR_FLAG_NO_IMM_CMPL;
+        param.cb.recv      = flow_done;
+        reqs[i] = ucp_tag_recv_nbx(worker, flow, opt.size, FLOW_TAG,
+                                   UINT64_MAX, &param);
+        if ((reqs[i] == NULL) || UCS_PTR_IS_ERR(reqs[i])) {
+            fprintf(stderr, "ucp_storm: flow receive %" PRIu64 ": %s\n", i,
+                    ucs_status_string(UCS_PTR_STATUS(reqs[i])));
+            free(reqs);
+            return NULL;
+        }
+    }
+    return reqs;
+}
 
 static void recv_done(void *request, ucs_status_t status,
                       const ucp_tag_recv_info_t *info, void *user_data)
@@ -661,8 +752,10 @@ static int receiver(void)
     unsigned            spins = 0;
     double              t0, t_arrive, t_drain, t_next, deadline;
     long                flt0, flt_arrive, flt_drain;
-    char                *buf, result;
+    char                *buf, result, *flow;
     long                off;
+    uint64_t            nflow = opt.count * (opt.keep_every - 1);
+    ucs_status_ptr_t    *flow_reqs;
 
     payload = opt.count * opt.size;
     setup(&ctx, &worker, &ep, 1);
@@ -697,6 +790,18 @@ static int receiver(void)
                pool.nfds, pool.block_size);
     }
 
+    /* the flow receives and their requests: in RSS before the storm */
+    flow      = malloc(opt.size);
+    flow_reqs = (flow == NULL) ? NULL : post_flow(worker, flow, nflow);
+    if (flow_reqs == NULL) {
+        fprintf(stderr, "ucp_storm: receiver: out of memory\n");
+        return 2;
+    }
+    if (nflow > 0) {
+        printf("storm: one message in %" PRIu64 " kept: %" PRIu64
+               " receives posted before the storm\n", opt.keep_every, nflow);
+    }
+
     for (i = 0; i < 3; ++i) {
         ucp_worker_progress(worker);
     }
@@ -728,6 +833,17 @@ static int receiver(void)
                 fprintf(stderr, "ucp_storm: the sender exited\n");
                 return 3;
             }
+        }
+    }
+    /* the flow messages came before "done": the last of them may still be
+     * completing (rendezvous) */
+    while (rx.nflow < nflow) {
+        ucp_worker_progress(worker);
+        if (now_usec() > deadline) {
+            fprintf(stderr, "ucp_storm: %" PRIu64 " of %" PRIu64 " flow "
+                    "messages received in %.0f s\n", rx.nflow, nflow,
+                    opt.timeout);
+            return 4;
         }
     }
     t_arrive   = now_usec() - t0;
@@ -778,6 +894,9 @@ static int receiver(void)
             ucp_request_free(reqs[i]);
         }
     }
+    for (i = 0; i < nflow; ++i) {
+        ucp_request_free(flow_reqs[i]);
+    }
     recv_wait(worker, &done_msg, sizeof(done_msg), DONE_TAG);
     if (done_msg != opt.count) {
         fprintf(stderr, "ucp_storm: the done message says %" PRIu64 "\n",
@@ -805,9 +924,9 @@ static int receiver(void)
            " of %" PRIu64 " receives complete when posted\n", t_arrive,
            flt_arrive, t_drain, flt_drain, payload / t_drain,
            opt.count / t_drain * 1e6, ready, opt.count);
-    printf("storm-result: size=%zu count=%" PRIu64 " payload=%" PRIu64
-           " proto=%s am_lane=%s", opt.size, opt.count, payload, info.proto,
-           info.am_lane);
+    printf("storm-result: size=%zu count=%" PRIu64 " keep_every=%" PRIu64
+           " payload=%" PRIu64 " proto=%s am_lane=%s", opt.size, opt.count,
+           opt.keep_every, payload, info.proto, info.am_lane);
     printf(" rss_before=%" PRIu64 " rss_peak=%" PRIu64 " rss_per_byte=%.4f",
            rss(&before), rss(&peak),
            ((double)rss(&peak) - rss(&before)) / payload);
@@ -840,14 +959,16 @@ static int receiver(void)
     free(rx.done);
     free(rx.length);
     free(reqs);
+    free(flow_reqs);
+    free(flow);
     free(buf);
     return result;
 }
 
 static void usage(const char *prog)
 {
-    fprintf(stderr, "usage: %s [-n count] [-s size] [-w warmup] "
-            "[-t timeout_sec] [-i sample_usec] [-v]\n", prog);
+    fprintf(stderr, "usage: %s [-n count] [-s size] [-k keep_every] "
+            "[-w warmup] [-t timeout_sec] [-i sample_usec] [-v]\n", prog);
     exit(2);
 }
 
@@ -856,10 +977,11 @@ int main(int argc, char **argv)
     int   sv[2], c, st, rc;
     pid_t pid;
 
-    while ((c = getopt(argc, argv, "n:s:w:t:i:vh")) != -1) {
+    while ((c = getopt(argc, argv, "n:s:k:w:t:i:vh")) != -1) {
         switch (c) {
         case 'n': opt.count   = strtoull(optarg, NULL, 0);       break;
         case 's': opt.size    = parse_size(optarg, 0);           break;
+        case 'k': opt.keep_every = strtoull(optarg, NULL, 0);    break;
         case 'w': opt.warmup  = strtoul(optarg, NULL, 0);        break;
         case 't': opt.timeout = atof(optarg);                    break;
         case 'i': opt.interval = atof(optarg);                   break;
@@ -869,7 +991,8 @@ int main(int argc, char **argv)
         }
     }
     if ((opt.count == 0) || (opt.size < 8) || (opt.size > UINT32_MAX) ||
-        (opt.timeout <= 0)) {
+        (opt.timeout <= 0) || (opt.keep_every == 0) ||
+        (opt.count > UINT64_MAX / opt.keep_every)) {
         usage(argv[0]);
     }
     fflush(stdout);

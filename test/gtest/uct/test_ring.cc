@@ -1107,11 +1107,15 @@ TEST(test_ring_pool, fold_shares_a_page)
     EXPECT_EQ(0x43, shared[b1 + 7]);
     EXPECT_EQ((char)block_byte(0xa0, a2 + 300), shared[(a2 + 300) % page]);
 
-    /* b's last hold: b is free, mapped onto its own pages again */
+    /* b's last hold: b is free, and mapped onto its own pages again by the
+     * receiver's periodic call, not by the release */
     EXPECT_EQ(UCT_REMAPRING_POOL_UNHOLD_FREED,
               uct_remapring_pool_block_unhold(pool, b, b1));
     uct_remapring_pool_get_stats(pool, &ps);
     EXPECT_EQ(3u, ps.nfolded);
+    EXPECT_EQ(b, pool->unfold_head);
+    uct_remapring_pool_punch_aged(pool);
+    EXPECT_EQ(UCT_REMAPRING_POOL_BLOCK_NONE, pool->unfold_head);
     memset(addr_b, 0x77, block);
     char own[4096];
     ASSERT_EQ((ssize_t)page,
@@ -1132,12 +1136,21 @@ TEST(test_ring_pool, fold_shares_a_page)
     EXPECT_EQ(0u, ps.nfolded);
     EXPECT_EQ(1u, ps.fold_pages);
     EXPECT_EQ(0u, ps.ndetached);
+    EXPECT_EQ(4u, ps.nfree);
+
+    /* a is taken last, once the free list is empty, and mapped back then */
+    std::vector<uint32_t> taken(4);
+    for (uint32_t &block_index : taken) {
+        ASSERT_EQ(UCS_OK, uct_remapring_pool_block_get(pool, &block_index));
+    }
+    EXPECT_EQ(a, taken.back());
     memset(addr_a, 0x66, block);
     ASSERT_EQ((ssize_t)page, pread(pool->fd, own, page,
                                    (off_t)a * block + page));
     EXPECT_EQ(0x66, own[0]);
-    uct_remapring_pool_block_put(pool, a);
-    uct_remapring_pool_block_put(pool, b);
+    for (uint32_t block_index : taken) {
+        uct_remapring_pool_block_put(pool, block_index);
+    }
     uct_remapring_pool_destroy(pool);
 }
 

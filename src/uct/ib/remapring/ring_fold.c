@@ -107,7 +107,6 @@ ucs_status_t uct_remapring_fold_init(uct_remapring_fold_t *fold,
 
     memset(fold, 0, sizeof(*fold));
     fold->fd         = -1;
-    fold->base       = NULL;
     fold->name       = name;
     fold->page_shift = page_shift;
     fold->unit_shift = page_shift - 6; /* 64 units */
@@ -147,9 +146,6 @@ ucs_status_t uct_remapring_fold_init(uct_remapring_fold_t *fold,
 void uct_remapring_fold_cleanup(uct_remapring_fold_t *fold)
 {
     ucs_atomic_sub64(&uct_remapring_fold_total, fold->nfolded);
-    if (fold->base != NULL) {
-        munmap(fold->base, (size_t)fold->max_pages << fold->page_shift);
-    }
     if (fold->fd >= 0) {
         close(fold->fd);
     }
@@ -165,8 +161,6 @@ static ucs_status_t uct_remapring_fold_grow(uct_remapring_fold_t *fold)
 {
     unsigned count = ucs_min(UCT_REMAPRING_FOLD_GROW,
                              fold->max_pages - fold->npages);
-    size_t reserve = (size_t)fold->max_pages << fold->page_shift;
-    void *addr;
     unsigned i;
 
     if (count == 0) {
@@ -174,30 +168,17 @@ static ucs_status_t uct_remapring_fold_grow(uct_remapring_fold_t *fold)
     }
 
     if (fold->fd < 0) {
-        fold->base = mmap(NULL, reserve, PROT_NONE,
-                          MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
-        if (fold->base == MAP_FAILED) {
-            fold->base = NULL;
-            ucs_debug("fold: failed to reserve %zu bytes: %m", reserve);
-            return UCS_ERR_NO_MEMORY;
-        }
-
         fold->fd = memfd_create(fold->name, MFD_CLOEXEC);
         if (fold->fd < 0) {
             ucs_debug("fold: memfd_create failed: %m");
-            munmap(fold->base, reserve);
-            fold->base = NULL;
             return UCS_ERR_IO_ERROR;
         }
     }
 
-    addr = UCS_PTR_BYTE_OFFSET(fold->base,
-                               (size_t)fold->npages << fold->page_shift);
-    if ((ftruncate(fold->fd, (off_t)(fold->npages + count)
-                                     << fold->page_shift) != 0) ||
-        (mmap(addr, (size_t)count << fold->page_shift, PROT_READ | PROT_WRITE,
-              MAP_SHARED | MAP_FIXED, fold->fd,
-              (off_t)fold->npages << fold->page_shift) == MAP_FAILED)) {
+    /* no mapping of its own: written with pwrite(), read through the CPU
+     * views mapped onto it */
+    if (ftruncate(fold->fd, (off_t)(fold->npages + count)
+                                    << fold->page_shift) != 0) {
         ucs_debug("fold: failed to make %u more pages: %m", count);
         return UCS_ERR_NO_MEMORY;
     }
@@ -324,7 +305,9 @@ int uct_remapring_fold_page(uct_remapring_fold_t *fold, uint64_t cpu_page,
 {
     size_t page_size    = 1ul << fold->page_shift;
     unsigned unit_words = (1u << fold->unit_shift) / sizeof(uint64_t);
-    uint64_t runs, *dst;
+    off_t fold_offset;
+    uint64_t runs;
+    size_t length;
     unsigned first, count, word, end;
     uint32_t index;
     ssize_t ret;
@@ -345,20 +328,26 @@ int uct_remapring_fold_page(uct_remapring_fold_t *fold, uint64_t cpu_page,
         goto err_total;
     }
 
-    /* copy the used units, through a snapshot kept for the check below */
-    dst = UCS_PTR_BYTE_OFFSET(fold->base, (size_t)index << fold->page_shift);
+    /* copy the used units, through a snapshot kept for the check below;
+     * the other units of the fold page are other pages' */
+    fold_offset = (off_t)index << fold->page_shift;
     for (runs = mask; runs != 0;) {
-        first = uct_remapring_fold_next_run(&runs, &count);
+        first  = uct_remapring_fold_next_run(&runs, &count);
+        length = (size_t)count << fold->unit_shift;
         memcpy(fold->snap + first * unit_words,
                UCS_PTR_BYTE_OFFSET(addr, (size_t)first << fold->unit_shift),
-               (size_t)count << fold->unit_shift);
-        memcpy(dst + first * unit_words, fold->snap + first * unit_words,
-               (size_t)count << fold->unit_shift);
+               length);
+        if (pwrite(fold->fd, fold->snap + first * unit_words, length,
+                   fold_offset + ((off_t)first << fold->unit_shift)) !=
+            (ssize_t)length) {
+            ucs_debug("fold: writing fold page %u failed: %m", index);
+            goto err_total;
+        }
     }
 
     /* the page moves: MAP_FIXED replaces it at once, never unmapped */
     if (mmap(addr, page_size, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_FIXED,
-             fold->fd, (off_t)index << fold->page_shift) == MAP_FAILED) {
+             fold->fd, fold_offset) == MAP_FAILED) {
         ucs_debug("fold: mmap of a page at %p failed: %m; no more folding "
                   "in this pool",
                   addr);
@@ -385,12 +374,23 @@ int uct_remapring_fold_page(uct_remapring_fold_t *fold, uint64_t cpu_page,
         end   = (first + count) * unit_words;
         for (word = first * unit_words; word < end; ++word) {
             if (ucs_unlikely(fold->back[word] != fold->snap[word])) {
-                uct_remapring_fold_merge_word(fold, &dst[word],
+                uct_remapring_fold_merge_word(fold,
+                                              (volatile uint64_t *)addr + word,
                                               fold->snap[word],
                                               fold->back[word]);
             }
         }
     }
+
+    /* Touch the page through its new mapping now, as the copy out of it
+     * would later: where the first access to a fresh mapping is slow (under
+     * some hypervisors several microseconds for each page, whether or not
+     * the kernel populated it), that cost is the fold's, paid where the
+     * transport runs, and not the upper layer's, paid where it consumes
+     * what it kept. An atomic add of 0 loses no racing store. */
+    ucs_atomic_add64((volatile uint64_t *)addr +
+                             __builtin_ctzll(mask) * unit_words,
+                     0);
 
     uct_remapring_fold_claim(fold, index, cpu_page, mask);
     return 1;
@@ -462,6 +462,16 @@ void uct_remapring_fold_trim(uct_remapring_fold_t *fold)
     }
 }
 
+void uct_remapring_fold_release(uct_remapring_fold_t *fold, uint64_t cpu_page,
+                                unsigned count)
+{
+    unsigned page;
+
+    for (page = 0; (fold->nfolded > 0) && (page < count); ++page) {
+        uct_remapring_fold_unpage(fold, cpu_page + page);
+    }
+}
+
 ucs_status_t uct_remapring_fold_restore(uct_remapring_fold_t *fold,
                                         uint64_t cpu_page, unsigned count,
                                         void *addr, int pool_fd,
@@ -474,9 +484,7 @@ ucs_status_t uct_remapring_fold_restore(uct_remapring_fold_t *fold,
         return UCS_OK; /* folding is off */
     }
 
-    for (page = 0; page < count; ++page) {
-        uct_remapring_fold_unpage(fold, cpu_page + page);
-    }
+    uct_remapring_fold_release(fold, cpu_page, count);
 
     /* one mmap per run of pages mapped elsewhere: each merges back into the
      * mapping around it */

@@ -96,7 +96,6 @@ typedef enum {
  */
 typedef struct uct_remapring_fold {
     int fd; /* fold memfd; -1 until the first fold */
-    void *base; /* its mapping, max_pages pages reserved */
     const char *name; /* memfd name */
     unsigned page_shift;
     unsigned unit_shift; /* log2(page size / 64) */
@@ -154,6 +153,15 @@ int uct_remapring_fold_page(uct_remapring_fold_t *fold, uint64_t cpu_page,
  * page until uct_remapring_fold_restore().
  */
 void uct_remapring_fold_unpage(uct_remapring_fold_t *fold, uint64_t cpu_page);
+
+
+/**
+ * The last held record of CPU-view pages [@a cpu_page, + @a count) was
+ * released: those still folded leave their fold pages (unpage). They stay
+ * mapped onto them until uct_remapring_fold_restore().
+ */
+void uct_remapring_fold_release(uct_remapring_fold_t *fold, uint64_t cpu_page,
+                                unsigned count);
 
 
 /**

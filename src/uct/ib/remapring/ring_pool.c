@@ -28,6 +28,11 @@
 static volatile uint64_t uct_remapring_pool_used_blocks = 0;
 
 
+/* Free blocks with folded pages mapped back per call of
+ * uct_remapring_pool_punch_aged() */
+#define UCT_REMAPRING_POOL_UNFOLD_BATCH 64
+
+
 /* Seals of the pool memfd: it never shrinks, and no one adds a seal that
  * would stop it growing. A writer that maps the pool checks them first. */
 #define UCT_REMAPRING_POOL_SEALS (F_SEAL_SHRINK | F_SEAL_SEAL)
@@ -444,6 +449,8 @@ uct_remapring_pool_create(const uct_remapring_pool_params_t *params,
     pool->grow_arg         = params->grow_arg;
     pool->grow_blocks      = params->grow_blocks;
     pool->free_head        = UCT_REMAPRING_POOL_BLOCK_NONE;
+    pool->unfold_head      = UCT_REMAPRING_POOL_BLOCK_NONE;
+    pool->nlost            = 0;
     pool->nblocks          = 0;
     pool->stats.max_blocks = params->max_blocks;
     ucs_list_head_init(&pool->waiters);
@@ -528,12 +535,20 @@ void uct_remapring_pool_destroy(uct_remapring_pool_t *pool)
     free(pool);
 }
 
+static void uct_remapring_pool_unfold_some(uct_remapring_pool_t *pool,
+                                           unsigned count);
+
 ucs_status_t
 uct_remapring_pool_block_get(uct_remapring_pool_t *pool, uint32_t *block_p)
 {
     uct_remapring_pool_block_t *block;
     ucs_status_t status;
     uint32_t index;
+
+    if (pool->free_head == UCT_REMAPRING_POOL_BLOCK_NONE) {
+        /* one that waits to be mapped back, before the pool grows */
+        uct_remapring_pool_unfold_some(pool, 1);
+    }
 
     if (pool->free_head == UCT_REMAPRING_POOL_BLOCK_NONE) {
         if (uct_remapring_pool_growable(pool) == 0) {
@@ -569,23 +584,33 @@ void uct_remapring_pool_block_put(uct_remapring_pool_t *pool, uint32_t index)
 {
     uct_remapring_pool_block_t *block = &pool->blocks[index];
 
-    block->state     = UCT_REMAPRING_POOL_BLOCK_FREE;
-    block->owner     = NULL;
-    block->next_free = pool->free_head;
-    pool->free_head  = index;
+    block->state = UCT_REMAPRING_POOL_BLOCK_FREE;
+    block->owner = NULL;
+    if (block->folded) {
+        /* mapped back later, off the path of the release (a drain of kept
+         * messages makes no system call of each) */
+        block->next_free  = pool->unfold_head;
+        pool->unfold_head = index;
+    } else {
+        block->next_free = pool->free_head;
+        pool->free_head  = index;
+    }
     pool->stats.nfree++;
     ucs_atomic_sub64(&uct_remapring_pool_used_blocks, 1);
 }
 
 void uct_remapring_pool_punch_aged(uct_remapring_pool_t *pool)
 {
-    if ((pool->nunpunched == 0) && !uct_remapring_fold_trimmable(&pool->fold)) {
+    if ((pool->nunpunched == 0) &&
+        (pool->unfold_head == UCT_REMAPRING_POOL_BLOCK_NONE) &&
+        !uct_remapring_fold_trimmable(&pool->fold)) {
         return;
     }
 
     if (pool->nunpunched > 0) {
         uct_remapring_pool_punch_due(pool, uct_remapring_pool_now_ns());
     }
+    uct_remapring_pool_unfold_some(pool, UCT_REMAPRING_POOL_UNFOLD_BATCH);
     uct_remapring_fold_trim(&pool->fold);
     uct_remapring_pool_update_mem(pool);
 }
@@ -771,10 +796,8 @@ uct_remapring_pool_unhold_pages(uct_remapring_pool_t *pool, uint32_t index,
 }
 
 
-/* The last hold of detached block @a index, which had pages folded, was
- * released: its pages leave their fold pages, and its CPU view maps its own
- * memfd pages again before the block is handed out. If that fails the block
- * is never handed out again (it stays detached, with no holds). */
+/* Free block @a index, which had pages folded: its CPU view maps its own
+ * memfd pages again. If that fails the block is never handed out again. */
 static ucs_status_t uct_remapring_pool_unfold(uct_remapring_pool_t *pool,
                                               uint32_t index)
 {
@@ -787,11 +810,32 @@ static ucs_status_t uct_remapring_pool_unfold(uct_remapring_pool_t *pool,
         UCS_OK) {
         ucs_error("pool %p: block %u is lost: its CPU view cannot be mapped"
                   " back", pool, index); /* and the mmap error above */
+        pool->stats.nfree--;
+        pool->nlost++;
         return UCS_ERR_NO_MEMORY;
     }
 
     pool->blocks[index].folded = 0;
     return UCS_OK;
+}
+
+/* Map back up to @a count free blocks that had pages folded, onto the free
+ * list */
+static void uct_remapring_pool_unfold_some(uct_remapring_pool_t *pool,
+                                           unsigned count)
+{
+    uct_remapring_pool_block_t *block;
+    uint32_t index;
+
+    while ((count-- > 0) && (pool->unfold_head != UCT_REMAPRING_POOL_BLOCK_NONE)) {
+        index             = pool->unfold_head;
+        block             = &pool->blocks[index];
+        pool->unfold_head = block->next_free;
+        if (uct_remapring_pool_unfold(pool, index) == UCS_OK) {
+            block->next_free = pool->free_head;
+            pool->free_head  = index;
+        }
+    }
 }
 
 uct_remapring_pool_unhold_t
@@ -842,8 +886,12 @@ uct_remapring_pool_block_unhold(uct_remapring_pool_t *pool, uint32_t index,
         return UCT_REMAPRING_POOL_UNHOLD_ATTACHED;
     }
 
-    if (block->folded && (uct_remapring_pool_unfold(pool, index) != UCS_OK)) {
-        return UCT_REMAPRING_POOL_UNHOLD_HELD; /* lost, logged */
+    if (block->folded) {
+        /* its units go back now; its CPU view is mapped back before the
+         * block is used again (uct_remapring_pool_block_put) */
+        uct_remapring_fold_release(&pool->fold,
+                                   (uint64_t)index * pool->pages_per_block,
+                                   pool->pages_per_block);
     }
 
     /* back whole: its punched pages fault in again when written */

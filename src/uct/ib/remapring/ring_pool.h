@@ -30,8 +30,11 @@
  * - Folding (ring_fold.h): when a detached block is punched, the partly
  *   used held pages (where a held record starts or ends) are folded into
  *   pages they share with those of other held records, so that a held
- *   record costs about its bytes. A block that had pages folded is mapped
- *   back onto its own memfd pages when its last hold is released.
+ *   record costs about its bytes. A block that had pages folded goes, when
+ *   its last hold is released, to a list of free blocks that are mapped
+ *   back onto their own memfd pages before use: in batches from
+ *   uct_remapring_pool_punch_aged(), or one when the free list is empty
+ *   (a drain of kept messages makes no system call for each).
  * - Two limits apply: max_blocks blocks of address space, and max_bytes of
  *   memory, counting free and attached blocks whole, detached ones by their
  *   held pages, and the fold pages that hold memory.
@@ -179,6 +182,9 @@ typedef struct uct_remapring_pool {
                             void *addr);
     void *grow_arg;
     uint32_t free_head; /* first free block or NONE */
+    uint32_t unfold_head; /* free blocks whose CPU view still maps fold
+                             pages: mapped back before use */
+    unsigned nlost; /* blocks that could not be mapped back */
     uct_remapring_pool_block_t *blocks; /* [max_blocks] */
     size_t meta_size; /* the arrays below, one mapping */
     uint32_t *dirty; /* [max_blocks]: punched detached blocks in which
@@ -269,8 +275,9 @@ void uct_remapring_pool_block_hold(uct_remapring_pool_t *pool, uint32_t block,
 
 /**
  * Punch the detached blocks that have waited whole for longer than
- * punch_age_ns (a detach does it too), and the free fold pages past the few
- * kept: for a receiver that went quiet.
+ * punch_age_ns (a detach does it too), map back a batch of free blocks that
+ * had pages folded, and punch the free fold pages past the few kept: the
+ * receiver calls it now and then.
  */
 void uct_remapring_pool_punch_aged(uct_remapring_pool_t *pool);
 
