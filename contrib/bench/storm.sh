@@ -16,8 +16,14 @@ usage() {
 usage: contrib/bench/storm.sh [options]
   -s LIST      message sizes in bytes (default 64,256,1024,4096,16384,65536)
   -P BYTES     payload held in one storm, the same at every size: each
-               size S sends N = BYTES / S messages (default 16m: 262144 x
+               size S keeps N = BYTES / S messages (default 16m: 262144 x
                64 B ... 512 x 64 KiB); k, m, g suffixes
+  -k K         a sparse storm: the sender sends K messages for each one
+               kept, and K - 1 of them find a receive the receiver posted
+               before the storm (default 1: every message kept). With K,
+               N x K messages go through the receiver and 1 in K is kept
+               for the rest of the storm: what a receiver keeps when some
+               of its traffic comes before its receives
   -r N         runs; each figure is the median of the runs (default 3). In
                each run every size goes through every transport in turn
   -w LIST      remapring wires (default shm; --wire shm,cma adds cma)
@@ -69,6 +75,7 @@ build=${BUILD_DIR:-$top/build}
 
 sizes=64,256,1024,4096,16384,65536
 payload=16m
+keep=1
 reps=3
 wires=shm
 module=${REMAPRING_MODULE:-}
@@ -79,6 +86,7 @@ while [ $# -gt 0 ]; do
     case $1 in
     -s) sizes=$2; shift ;;
     -P) payload=$2; shift ;;
+    -k) keep=$2; shift ;;
     -r) reps=$2; shift ;;
     -w|--wire) wires=$2; shift ;;
     -m) module=$2; shift ;;
@@ -103,6 +111,7 @@ bytes() {
 }
 payload=$(bytes "$payload")
 [[ $reps =~ ^[1-9][0-9]*$ ]] || { echo "-r: a positive number" >&2; exit 2; }
+[[ $keep =~ ^[1-9][0-9]*$ ]] || { echo "-k: a positive number" >&2; exit 2; }
 [[ ,$sizes, =~ ^(,[0-9]+)+,$ ]] || { echo "-s: sizes, not '$sizes'" >&2; exit 2; }
 for s in ${sizes//,/ }; do
     [ "$s" -ge 8 ] || { echo "-s: at least 8 bytes" >&2; exit 2; }
@@ -144,11 +153,11 @@ run_one() {
         LD_PRELOAD=$module UCX_TLS=remapring,self \
             UCX_REMAPRING_WIRE=${tr#remapring-} \
             timeout $((3 * timeout)) "$tmp/ucp_storm" -n "$n" -s "$s" \
-            -t "$timeout" > "$o" 2>&1 || rc=$?
+            -k "$keep" -t "$timeout" > "$o" 2>&1 || rc=$?
     else
         LD_PRELOAD= UCX_TLS=posix,cma,self \
             timeout $((3 * timeout)) "$tmp/ucp_storm" -n "$n" -s "$s" \
-            -t "$timeout" > "$o" 2>&1 || rc=$?
+            -k "$keep" -t "$timeout" > "$o" 2>&1 || rc=$?
     fi
     if [ $rc -ne 0 ] || ! grep -q "^storm-result:" "$o"; then
         echo "storm: $tr, $s B x $n, run $r failed (status $rc):" >&2
@@ -183,8 +192,9 @@ for ((r = 1; r <= reps; r++)); do
 done
 
 # the medians, the table, the CSV, and bench.sh's rows
+STORM_KEEP=$keep \
 python3 - "$raw" "$out/storm.csv" "${rawbench:-}" <<'EOF' | tee "$out/storm.txt"
-import csv, math, statistics, sys
+import csv, math, os, statistics, sys
 
 raw, out_csv, bench_raw = sys.argv[1:4]
 BASE = "posix+cma"
@@ -265,6 +275,10 @@ print("held bytes per payload byte, (peak - before) / payload, medians of "
       "pool blocks in use, memfd = what the pool and fold memfds hold; 8k-desc "
       "computed; ratios remapring / %s (below 1: remapring holds less, "
       "drains faster)" % (max(m["runs"] for m in med_of.values()), BASE))
+keep = int(os.environ.get("STORM_KEEP", "1"))
+if keep > 1:
+    print("sparse storm: one message in %d kept, N the kept ones (N x %d "
+          "sent), payload = N x size" % (keep, keep))
 
 with open(out_csv, "w", newline="") as f:
     wr = csv.writer(f)

@@ -810,8 +810,10 @@ static ucs_status_t uct_remapring_pool_unfold(uct_remapring_pool_t *pool,
         UCS_OK) {
         ucs_error("pool %p: block %u is lost: its CPU view cannot be mapped"
                   " back", pool, index); /* and the mmap error above */
+        /* neither free nor handed out: in use for good */
         pool->stats.nfree--;
         pool->nlost++;
+        ucs_atomic_add64(&uct_remapring_pool_used_blocks, 1);
         return UCS_ERR_NO_MEMORY;
     }
 
@@ -827,7 +829,8 @@ static void uct_remapring_pool_unfold_some(uct_remapring_pool_t *pool,
     uct_remapring_pool_block_t *block;
     uint32_t index;
 
-    while ((count-- > 0) && (pool->unfold_head != UCT_REMAPRING_POOL_BLOCK_NONE)) {
+    while ((count-- > 0) &&
+           (pool->unfold_head != UCT_REMAPRING_POOL_BLOCK_NONE)) {
         index             = pool->unfold_head;
         block             = &pool->blocks[index];
         pool->unfold_head = block->next_free;
