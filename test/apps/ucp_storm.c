@@ -286,49 +286,19 @@ static size_t parse_size(const char *s, size_t dflt)
     return (size_t)v;
 }
 
-/* The pool memfds of this process's remapring interfaces: called once the
- * worker (and its interfaces) exist and before any endpoint, so no peer's
- * pool (also "memfd:remapring-pool", opened through /proc) is open yet */
-static void find_pools(void)
+/* Call @a fn for each open descriptor of this process whose link names
+ * @a what ("memfd:NAME" for a memfd), with its number and path */
+static void for_each_fd_of(const char *what,
+                           void (*fn)(int fd, const char *path, void *arg),
+                           void *arg)
 {
     DIR           *dir = opendir("/proc/self/fd");
     struct dirent *de;
     char          path[300], link[256];
-    ssize_t       n;
-
-    pool.pool_used  = (uint64_t (*)(void))dlsym(RTLD_DEFAULT,
-                                               "uct_remapring_pool_total_used");
-    pool.block_size = parse_size(getenv("UCX_REMAPRING_BLOCK_SIZE"), 65536);
-    pool.nfds       = 0;
-    if (dir == NULL) {
-        return;
-    }
-    while ((de = readdir(dir)) != NULL && pool.nfds < MAX_POOLS) {
-        snprintf(path, sizeof(path), "/proc/self/fd/%s", de->d_name);
-        n = readlink(path, link, sizeof(link) - 1);
-        if (n <= 0) {
-            continue;
-        }
-        link[n] = '\0';
-        if (strstr(link, "memfd:remapring-pool") != NULL) {
-            pool.fds[pool.nfds++] = atoi(de->d_name);
-        }
-    }
-    closedir(dir);
-}
-
-/* Bytes the fold memfds of this process hold */
-static uint64_t fold_memfd(void)
-{
-    DIR           *dir = opendir("/proc/self/fd");
-    uint64_t      bytes = 0;
-    struct dirent *de;
-    char          path[300], link[256];
-    struct stat   st;
     ssize_t       n;
 
     if (dir == NULL) {
-        return 0;
+        return;
     }
     while ((de = readdir(dir)) != NULL) {
         snprintf(path, sizeof(path), "/proc/self/fd/%s", de->d_name);
@@ -337,12 +307,48 @@ static uint64_t fold_memfd(void)
             continue;
         }
         link[n] = '\0';
-        if ((strstr(link, "memfd:remapring-pool-fold") != NULL) &&
-            (stat(path, &st) == 0)) {
-            bytes += (uint64_t)st.st_blocks * 512;
+        if (strstr(link, what) != NULL) {
+            fn(atoi(de->d_name), path, arg);
         }
     }
     closedir(dir);
+}
+
+static void add_pool_fd(int fd, const char *path, void *arg)
+{
+    if (pool.nfds < MAX_POOLS) {
+        pool.fds[pool.nfds++] = fd;
+    }
+}
+
+/* The pool memfds of this process's remapring interfaces: called once the
+ * worker (and its interfaces) exist and before any endpoint, so no peer's
+ * pool (also "memfd:remapring-pool", opened through /proc) is open yet */
+static void find_pools(void)
+{
+    pool.pool_used  = (uint64_t (*)(void))dlsym(RTLD_DEFAULT,
+                                               "uct_remapring_pool_total_used");
+    pool.block_size = parse_size(getenv("UCX_REMAPRING_BLOCK_SIZE"), 65536);
+    pool.nfds       = 0;
+    for_each_fd_of("memfd:remapring-pool", add_pool_fd, NULL);
+}
+
+static void add_fold_bytes(int fd, const char *path, void *arg)
+{
+    struct stat st;
+
+    if (stat(path, &st) == 0) {
+        *(uint64_t*)arg += (uint64_t)st.st_blocks * 512;
+    }
+}
+
+/* Bytes the fold memfds of this process hold: each pool makes its own at
+ * its first fold ("memfd:remapring-pool-fold"), only ever this process's */
+static uint64_t fold_memfd(void)
+{
+    uint64_t bytes = 0;
+
+    for_each_fd_of("memfd:remapring-pool-fold", add_fold_bytes, &bytes);
     return bytes;
 }
 

@@ -12,12 +12,13 @@
  * record of 4 KiB and a header touches two pages, a 256-byte one a whole
  * page: with 1 % of the messages held at random, a held record keeps twice
  * or sixteen times its payload. Folding gives those bytes back. The used
- * part of a partly used page is copied into a page of a second memfd (the
- * fold memfd), at the same offsets, and the CPU-view page is mapped onto
- * that page (one mmap(MAP_FIXED) of one page). CPU-view pages of different
- * records, of any blocks, whose used parts do not overlap share one fold
- * page. The addresses the upper layer holds stay valid and keep their
- * contents; the pool memfd's page under them is then punched.
+ * part of a partly used page is written (pwrite) into a page of a second
+ * memfd (the fold memfd), at the same offsets, and the CPU-view page is
+ * mapped onto that page (one mmap(MAP_FIXED) of one page). CPU-view pages
+ * of different records, of any blocks, whose used parts do not overlap
+ * share one fold page. The addresses the upper layer holds stay valid and
+ * keep their contents; the pool memfd's page under them is then punched.
+ * The fold memfd has no mapping of its own: only CPU-view pages map it.
  *
  * - A page is cut into 64 units (64 bytes with 4 KiB pages); a mask says
  *   which units a page uses. Records are 64-byte aligned, so a held record
@@ -26,9 +27,14 @@
  * - A fold page is shared by the CPU-view pages mapped onto it; their masks
  *   do not overlap. A held record released gives its units back (shrink),
  *   and a CPU-view page whose last held record is released all of its
- *   units (unpage); a fold page no CPU-view page uses is free. Free fold pages stay resident for reuse, up to a few; the rest
- *   are punched. The pool maps a block back onto its own memfd pages (one
- *   mmap of the block) before it hands it out again.
+ *   units (unpage); a fold page no CPU-view page uses is free. Free fold
+ *   pages stay resident for reuse, up to a few; the rest are punched. A
+ *   CPU-view page unpaged still maps its fold page until the pool maps its
+ *   block back onto its own memfd pages (restore, one mmap per run of such
+ *   pages), before it hands the block out again.
+ * - A fold touches the page through its new mapping: the first access to a
+ *   fresh mapping costs microseconds under some hypervisors, and this way
+ *   the fold pays it, not the upper layer reading what it kept.
  * - Stores that race with a fold: the upper layer may store into a kept
  *   message from another thread while the receiver folds its page (UCP
  *   hands AM and stream data to its user). A store that lands on the old
