@@ -159,18 +159,21 @@ void uct_remapring_fold_cleanup(uct_remapring_fold_t *fold)
 /* Make more fold pages (and the memfd, the first time) */
 static ucs_status_t uct_remapring_fold_grow(uct_remapring_fold_t *fold)
 {
-    unsigned count = ucs_min(UCT_REMAPRING_FOLD_GROW,
-                             fold->max_pages - fold->npages);
-    unsigned i;
+    unsigned count, i;
 
-    if (count == 0) {
+    if (fold->npages >= fold->max_pages) {
         return UCS_ERR_NO_RESOURCE;
     }
+
+    count = ucs_min(UCT_REMAPRING_FOLD_GROW, fold->max_pages - fold->npages);
 
     if (fold->fd < 0) {
         fold->fd = memfd_create(fold->name, MFD_CLOEXEC);
         if (fold->fd < 0) {
-            ucs_debug("fold: memfd_create failed: %m");
+            /* not tried again at each fold */
+            ucs_debug("fold: memfd_create failed: %m; no folding in this "
+                      "pool");
+            fold->max_pages = 0;
             return UCS_ERR_IO_ERROR;
         }
     }
@@ -351,7 +354,7 @@ int uct_remapring_fold_page(uct_remapring_fold_t *fold, uint64_t cpu_page,
         ucs_debug("fold: mmap of a page at %p failed: %m; no more folding "
                   "in this pool",
                   addr);
-        fold->max_pages = fold->nfolded;
+        fold->max_pages = 0;
         goto err_total;
     }
 
