@@ -766,8 +766,9 @@ uct_remapring_pool_unhold_pages(uct_remapring_pool_t *pool, uint32_t index,
         if (holds[page] == UINT16_MAX) {
             continue;
         } else if (--holds[page] > 0) {
-            if ((page == first) || (page == last)) {
-                /* its units of a page others still use, maybe folded */
+            if (((page == first) || (page == last)) &&
+                uct_remapring_fold_is_folded(&pool->fold, cpu_page + page)) {
+                /* its units of a folded page others still use */
                 uct_remapring_fold_shrink(
                         &pool->fold, cpu_page + page,
                         uct_remapring_pool_hold_mask(pool, hold, page));
