@@ -28,8 +28,7 @@
  *                into pages of a fold memfd); the pools are the
  *                "memfd:remapring-pool" descriptors this process has once
  *                its worker is created, before it opens any peer's pool,
- *                and the fold memfds ("memfd:remapring-pool-fold", made at
- *                the first fold, only ever this process's) at each sample
+ *                their fold memfds ("memfd:remapring-pool-fold") included
  * and "held bytes per payload byte", (peak - before) / (N * S), for the RSS
  * total, the pool blocks and the pool memfd. The receive buffers (N * S)
  * are allocated and touched before the first sample.
@@ -321,9 +320,10 @@ static void add_pool_fd(int fd, const char *path, void *arg)
     }
 }
 
-/* The pool memfds of this process's remapring interfaces: called once the
- * worker (and its interfaces) exist and before any endpoint, so no peer's
- * pool (also "memfd:remapring-pool", opened through /proc) is open yet */
+/* The pool memfds of this process's remapring interfaces, and their fold
+ * memfds: called once the worker (and its interfaces) exist and before any
+ * endpoint, so no peer's pool (also "memfd:remapring-pool", opened through
+ * /proc) is open yet */
 static void find_pools(void)
 {
     pool.pool_used  = (uint64_t (*)(void))dlsym(RTLD_DEFAULT,
@@ -331,25 +331,6 @@ static void find_pools(void)
     pool.block_size = parse_size(getenv("UCX_REMAPRING_BLOCK_SIZE"), 65536);
     pool.nfds       = 0;
     for_each_fd_of("memfd:remapring-pool", add_pool_fd, NULL);
-}
-
-static void add_fold_bytes(int fd, const char *path, void *arg)
-{
-    struct stat st;
-
-    if (stat(path, &st) == 0) {
-        *(uint64_t*)arg += (uint64_t)st.st_blocks * 512;
-    }
-}
-
-/* Bytes the fold memfds of this process hold: each pool makes its own at
- * its first fold ("memfd:remapring-pool-fold"), only ever this process's */
-static uint64_t fold_memfd(void)
-{
-    uint64_t bytes = 0;
-
-    for_each_fd_of("memfd:remapring-pool-fold", add_fold_bytes, &bytes);
-    return bytes;
 }
 
 static void sample(mem_t *m)
@@ -380,9 +361,6 @@ static void sample(mem_t *m)
         if (fstat(pool.fds[k], &st) == 0) {
             m->pool_memfd += (uint64_t)st.st_blocks * 512;
         }
-    }
-    if (pool.pool_used != NULL) {
-        m->pool_memfd += fold_memfd();
     }
 }
 
@@ -792,7 +770,8 @@ static int receiver(void)
         printf("storm: no remapring module in this process: no pool "
                "figures\n");
     } else {
-        printf("storm: %d remapring pool memfd(s), blocks of %zu bytes\n",
+        printf("storm: %d remapring pool and fold memfd(s), blocks of %zu "
+               "bytes\n",
                pool.nfds, pool.block_size);
     }
 

@@ -135,6 +135,17 @@ ucs_status_t uct_remapring_fold_init(uct_remapring_fold_t *fold,
         return UCS_ERR_NO_MEMORY;
     }
 
+    /* made now, not at the first fold: a pool's descriptors stay the same
+     * while it lives */
+    fold->fd = memfd_create(fold->name, MFD_CLOEXEC);
+    if (fold->fd < 0) {
+        ucs_debug("fold: memfd_create failed: %m; no folding in this pool");
+        munmap(meta, fold->meta_size);
+        fold->meta_size = 0;
+        fold->max_pages = 0;
+        return UCS_OK;
+    }
+
     fold->snap  = (uint64_t *)meta;
     fold->back  = (uint64_t *)(meta + page_size);
     fold->vmask = (uint64_t *)(meta + 2 * page_size);
@@ -156,7 +167,7 @@ void uct_remapring_fold_cleanup(uct_remapring_fold_t *fold)
     fold->nfolded   = 0;
 }
 
-/* Make more fold pages (and the memfd, the first time) */
+/* Make more fold pages */
 static ucs_status_t uct_remapring_fold_grow(uct_remapring_fold_t *fold)
 {
     unsigned count, i;
@@ -166,17 +177,6 @@ static ucs_status_t uct_remapring_fold_grow(uct_remapring_fold_t *fold)
     }
 
     count = ucs_min(UCT_REMAPRING_FOLD_GROW, fold->max_pages - fold->npages);
-
-    if (fold->fd < 0) {
-        fold->fd = memfd_create(fold->name, MFD_CLOEXEC);
-        if (fold->fd < 0) {
-            /* not tried again at each fold */
-            ucs_debug("fold: memfd_create failed: %m; no folding in this "
-                      "pool");
-            fold->max_pages = 0;
-            return UCS_ERR_IO_ERROR;
-        }
-    }
 
     /* no mapping of its own: written with pwrite(), read through the CPU
      * views mapped onto it */

@@ -101,7 +101,7 @@ typedef enum {
  * Fold state of one pool.
  */
 typedef struct uct_remapring_fold {
-    int fd; /* fold memfd; -1 until the first fold */
+    int fd; /* fold memfd, or -1 if folding is off */
     const char *name; /* memfd name */
     unsigned page_shift;
     unsigned unit_shift; /* log2(page size / 64) */
@@ -127,8 +127,9 @@ typedef struct uct_remapring_fold {
 
 /**
  * Set up folding for a pool of @a ncpu_pages CPU-view pages, at most
- * @a max_pages of them folded at a time (0: never). Makes nothing else
- * until the first fold.
+ * @a max_pages of them folded at a time (0: never): the fold memfd (empty)
+ * and the bookkeeping (unbacked until used). Folding is off if the memfd
+ * cannot be made.
  */
 ucs_status_t uct_remapring_fold_init(uct_remapring_fold_t *fold,
                                      const char *name, unsigned page_shift,
