@@ -276,8 +276,7 @@ ring_bench_point(const ring_bench_opts_t *opts, size_t size, double hold_pct)
              * one go */
             if ((nreleases++ % RING_BENCH_SAMPLE) == 0) {
                 uct_remapring_pool_get_stats(pool, &pool_stats);
-                held_pool += (double)pool_stats.nheld_blocks *
-                             opts->block_size;
+                held_pool += (double)pool_stats.nheld_blocks * opts->block_size;
                 held_memfd += ring_bench_held_memfd(pool);
                 held_payload += held_payload_now;
                 ++nsamples;
@@ -536,9 +535,8 @@ int main(int argc, char **argv)
            (opts.punch_age_us >= 0) ?
                    opts.punch_age_us :
                    ring_bench_pool_defaults().punch_age_ns / 1e3,
-           (opts.fold_pages >= 0) ?
-                   opts.fold_pages :
-                   (long)ring_bench_pool_defaults().fold_pages,
+           (opts.fold_pages >= 0) ? opts.fold_pages :
+                                    (long)ring_bench_pool_defaults().fold_pages,
            opts.seconds, opts.cma ? "cma" : "local",
            opts.threads ? ", writer thread" : "",
            opts.touch ? ", reader touches payload" : "");

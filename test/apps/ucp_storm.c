@@ -570,7 +570,6 @@ static int sender(void)
     char                *buf, result;
     double              t0, t_post;
     ssize_t             n;
-
     uint64_t            total = opt.count * opt.keep_every;
     char                *flow;
 

@@ -1025,8 +1025,8 @@ uct_remapring_pool_t *fold_test_pool(unsigned init_blocks, int fold_pages = -1)
 
 /* Take a block of @a pool and fill it with pattern @a tag: its CPU-view
  * address, or NULL */
-char *fold_test_block(uct_remapring_pool_t *pool, uint32_t *block_p,
-                      uint8_t tag)
+char *
+fold_test_block(uct_remapring_pool_t *pool, uint32_t *block_p, uint8_t tag)
 {
     char *addr;
 
@@ -1118,8 +1118,7 @@ TEST(test_ring_pool, fold_shares_a_page)
     EXPECT_EQ(UCT_REMAPRING_POOL_BLOCK_NONE, pool->unfold_head);
     memset(addr_b, 0x77, block);
     char own[4096];
-    ASSERT_EQ((ssize_t)page,
-              pread(pool->fd, own, page, (off_t)b * block));
+    ASSERT_EQ((ssize_t)page, pread(pool->fd, own, page, (off_t)b * block));
     EXPECT_EQ(0x77, own[b1]);
     addr_a[a1 + 5] = (char)block_byte(0xa0, a1 + 5);
     EXPECT_TRUE(check_block(addr_a, a1, a1_end, 0xa0));
@@ -1145,8 +1144,8 @@ TEST(test_ring_pool, fold_shares_a_page)
     }
     EXPECT_EQ(a, taken.back());
     memset(addr_a, 0x66, block);
-    ASSERT_EQ((ssize_t)page, pread(pool->fd, own, page,
-                                   (off_t)a * block + page));
+    ASSERT_EQ((ssize_t)page,
+              pread(pool->fd, own, page, (off_t)a * block + page));
     EXPECT_EQ(0x66, own[0]);
     for (uint32_t block_index : taken) {
         uct_remapring_pool_block_put(pool, block_index);
@@ -1219,8 +1218,8 @@ TEST(test_ring_pool, fold_limit)
         EXPECT_EQ(limit, ps.fold_pages);
         EXPECT_EQ((limit > 0) ? (off_t)4096 : -1, fd_resident(pool->fold.fd));
         for (size_t r = 0; r < 4; ++r) {
-            EXPECT_TRUE(check_block(addr, 8192 * r + 128, 8192 * r + 640,
-                                    0x11)) << "limit " << limit << " " << r;
+            EXPECT_TRUE(check_block(addr, 8192 * r + 128, 8192 * r + 640, 0x11))
+                    << "limit " << limit << " " << r;
             uct_remapring_pool_block_unhold(pool, block, 8192 * r + 128);
         }
         uct_remapring_pool_get_stats(pool, &ps);
@@ -1236,8 +1235,8 @@ TEST(test_ring_pool, fold_limit)
 TEST(test_ring_pool, fold_racing_stores)
 {
     static const unsigned TRIALS = 200, WORDS = 384; /* 3 KiB */
-    static const uint64_t MAGIC  = UINT64_C(0x5eed000000000000);
-    uint64_t merged = 0;
+    static const uint64_t MAGIC = UINT64_C(0x5eed000000000000);
+    uint64_t merged             = 0;
     uint32_t block;
 
 #if defined(__SANITIZE_THREAD__)

@@ -115,8 +115,7 @@ uct_remapring_pool_page_kept(const uct_remapring_pool_t *pool,
 /* Units of page @a page of its block that held record @a hold uses */
 static uint64_t
 uct_remapring_pool_hold_mask(const uct_remapring_pool_t *pool,
-                             const uct_remapring_pool_hold_t *hold,
-                             size_t page)
+                             const uct_remapring_pool_hold_t *hold, size_t page)
 {
     size_t start = (size_t)page << pool->page_shift;
     size_t end   = start + (1ul << pool->page_shift);
@@ -128,8 +127,8 @@ uct_remapring_pool_hold_mask(const uct_remapring_pool_t *pool,
 
 /* Fold the partly used held pages of detached block @a index: those where
  * a held record starts or ends (the pages between are its alone, whole) */
-static void uct_remapring_pool_fold_block(uct_remapring_pool_t *pool,
-                                          uint32_t index)
+static void
+uct_remapring_pool_fold_block(uct_remapring_pool_t *pool, uint32_t index)
 {
     uct_remapring_pool_block_t *block = &pool->blocks[index];
     const uint16_t *holds = uct_remapring_pool_page_holds(pool, index);
@@ -146,18 +145,18 @@ static void uct_remapring_pool_fold_block(uct_remapring_pool_t *pool,
 
     for (entry = block->holds; entry != UCT_REMAPRING_POOL_BLOCK_NONE;
          entry = pool->holds[entry].next) {
-        hold                                   = &pool->holds[entry];
-        masks[hold->start >> pool->page_shift] = 0;
+        hold                                       = &pool->holds[entry];
+        masks[hold->start >> pool->page_shift]     = 0;
         masks[(hold->end - 1) >> pool->page_shift] = 0;
     }
 
     for (entry = block->holds; entry != UCT_REMAPRING_POOL_BLOCK_NONE;
          entry = pool->holds[entry].next) {
-        hold              = &pool->holds[entry];
-        pages[0]          = hold->start >> pool->page_shift;
-        pages[1]          = (hold->end - 1) >> pool->page_shift;
-        masks[pages[0]]  |= uct_remapring_pool_hold_mask(pool, hold, pages[0]);
-        masks[pages[1]]  |= uct_remapring_pool_hold_mask(pool, hold, pages[1]);
+        hold     = &pool->holds[entry];
+        pages[0] = hold->start >> pool->page_shift;
+        pages[1] = (hold->end - 1) >> pool->page_shift;
+        masks[pages[0]] |= uct_remapring_pool_hold_mask(pool, hold, pages[0]);
+        masks[pages[1]] |= uct_remapring_pool_hold_mask(pool, hold, pages[1]);
     }
 
     for (entry = block->holds; entry != UCT_REMAPRING_POOL_BLOCK_NONE;
@@ -203,9 +202,9 @@ static unsigned uct_remapring_pool_punch_pages(uct_remapring_pool_t *pool,
             continue;
         }
 
-        for (run = 1; (page + run < end) &&
-                      !uct_remapring_pool_page_kept(pool, holds, cpu_page,
-                                                    page + run);
+        for (run = 1;
+             (page + run < end) &&
+             !uct_remapring_pool_page_kept(pool, holds, cpu_page, page + run);
              ++run) {
         }
 
@@ -414,14 +413,13 @@ uct_remapring_pool_create(const uct_remapring_pool_params_t *params,
     /* The block descriptors and the page hold counts, for max_blocks: in
      * memory that stays untouched, hence unbacked, until the blocks are
      * made (a malloc of it may be filled at once: sanitizers) */
-    pool->meta_size = ucs_align_up((size_t)params->max_blocks *
-                                           (sizeof(*pool->blocks) +
-                                            sizeof(*pool->dirty) +
-                                            pool->pages_per_block *
-                                                    sizeof(*pool->page_holds)) +
-                                           pool->pages_per_block *
-                                                   sizeof(*pool->fold_masks),
-                                   page_size);
+    pool->meta_size = ucs_align_up(
+            (size_t)params->max_blocks *
+                            (sizeof(*pool->blocks) + sizeof(*pool->dirty) +
+                             pool->pages_per_block *
+                                     sizeof(*pool->page_holds)) +
+                    pool->pages_per_block * sizeof(*pool->fold_masks),
+            page_size);
     pool->blocks    = mmap(NULL, pool->meta_size, PROT_READ | PROT_WRITE,
                            MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
     if (pool->blocks == MAP_FAILED) {
@@ -535,8 +533,8 @@ void uct_remapring_pool_destroy(uct_remapring_pool_t *pool)
     free(pool);
 }
 
-static void uct_remapring_pool_unfold_some(uct_remapring_pool_t *pool,
-                                           unsigned count);
+static void
+uct_remapring_pool_unfold_some(uct_remapring_pool_t *pool, unsigned count);
 
 ucs_status_t
 uct_remapring_pool_block_get(uct_remapring_pool_t *pool, uint32_t *block_p)
@@ -756,10 +754,10 @@ uct_remapring_pool_unhold_pages(uct_remapring_pool_t *pool, uint32_t index,
                                 const uct_remapring_pool_hold_t *hold)
 {
     uct_remapring_pool_block_t *block = &pool->blocks[index];
-    uint16_t *holds    = uct_remapring_pool_page_holds(pool, index);
-    unsigned first     = hold->start >> pool->page_shift;
-    unsigned last      = (hold->end - 1) >> pool->page_shift;
-    uint64_t cpu_page  = (uint64_t)index * pool->pages_per_block;
+    uint16_t *holds   = uct_remapring_pool_page_holds(pool, index);
+    unsigned first    = hold->start >> pool->page_shift;
+    unsigned last     = (hold->end - 1) >> pool->page_shift;
+    uint64_t cpu_page = (uint64_t)index * pool->pages_per_block;
     unsigned page, freed = 0;
 
     for (page = first; page <= last; ++page) {
@@ -769,9 +767,10 @@ uct_remapring_pool_unhold_pages(uct_remapring_pool_t *pool, uint32_t index,
             if (((page == first) || (page == last)) &&
                 uct_remapring_fold_is_folded(&pool->fold, cpu_page + page)) {
                 /* its units of a folded page others still use */
-                uct_remapring_fold_shrink(
-                        &pool->fold, cpu_page + page,
-                        uct_remapring_pool_hold_mask(pool, hold, page));
+                uct_remapring_fold_shrink(&pool->fold, cpu_page + page,
+                                          uct_remapring_pool_hold_mask(pool,
+                                                                       hold,
+                                                                       page));
             }
             continue;
         }
@@ -799,18 +798,17 @@ uct_remapring_pool_unhold_pages(uct_remapring_pool_t *pool, uint32_t index,
 
 /* Free block @a index, which had pages folded: its CPU view maps its own
  * memfd pages again. If that fails the block is never handed out again. */
-static ucs_status_t uct_remapring_pool_unfold(uct_remapring_pool_t *pool,
-                                              uint32_t index)
+static ucs_status_t
+uct_remapring_pool_unfold(uct_remapring_pool_t *pool, uint32_t index)
 {
-    if (uct_remapring_fold_restore(&pool->fold,
-                                   (uint64_t)index * pool->pages_per_block,
-                                   pool->pages_per_block,
-                                   uct_remapring_pool_block_addr(pool, index),
-                                   pool->fd,
-                                   (off_t)index << pool->block_shift) !=
-        UCS_OK) {
+    if (uct_remapring_fold_restore(
+                &pool->fold, (uint64_t)index * pool->pages_per_block,
+                pool->pages_per_block,
+                uct_remapring_pool_block_addr(pool, index), pool->fd,
+                (off_t)index << pool->block_shift) != UCS_OK) {
         ucs_error("pool %p: block %u is lost: its CPU view cannot be mapped"
-                  " back", pool, index); /* and the mmap error above */
+                  " back",
+                  pool, index); /* and the mmap error above */
         /* neither free nor handed out: in use for good */
         pool->stats.nfree--;
         pool->nlost++;
@@ -824,8 +822,8 @@ static ucs_status_t uct_remapring_pool_unfold(uct_remapring_pool_t *pool,
 
 /* Map back up to @a count free blocks that had pages folded, onto the free
  * list */
-static void uct_remapring_pool_unfold_some(uct_remapring_pool_t *pool,
-                                           unsigned count)
+static void
+uct_remapring_pool_unfold_some(uct_remapring_pool_t *pool, unsigned count)
 {
     uct_remapring_pool_block_t *block;
     uint32_t index;
