@@ -285,52 +285,36 @@ static size_t parse_size(const char *s, size_t dflt)
     return (size_t)v;
 }
 
-/* Call @a fn for each open descriptor of this process whose link names
- * @a what ("memfd:NAME" for a memfd), with its number and path */
-static void for_each_fd_of(const char *what,
-                           void (*fn)(int fd, const char *path, void *arg),
-                           void *arg)
-{
-    DIR           *dir = opendir("/proc/self/fd");
-    struct dirent *de;
-    char          path[300], link[256];
-    ssize_t       n;
-
-    if (dir == NULL) {
-        return;
-    }
-    while ((de = readdir(dir)) != NULL) {
-        snprintf(path, sizeof(path), "/proc/self/fd/%s", de->d_name);
-        n = readlink(path, link, sizeof(link) - 1);
-        if (n <= 0) {
-            continue;
-        }
-        link[n] = '\0';
-        if (strstr(link, what) != NULL) {
-            fn(atoi(de->d_name), path, arg);
-        }
-    }
-    closedir(dir);
-}
-
-static void add_pool_fd(int fd, const char *path, void *arg)
-{
-    if (pool.nfds < MAX_POOLS) {
-        pool.fds[pool.nfds++] = fd;
-    }
-}
-
 /* The pool memfds of this process's remapring interfaces, and their fold
  * memfds: called once the worker (and its interfaces) exist and before any
  * endpoint, so no peer's pool (also "memfd:remapring-pool", opened through
  * /proc) is open yet */
 static void find_pools(void)
 {
+    DIR           *dir = opendir("/proc/self/fd");
+    struct dirent *de;
+    char          path[300], link[256];
+    ssize_t       n;
+
     pool.pool_used  = (uint64_t (*)(void))dlsym(RTLD_DEFAULT,
                                                "uct_remapring_pool_total_used");
     pool.block_size = parse_size(getenv("UCX_REMAPRING_BLOCK_SIZE"), 65536);
     pool.nfds       = 0;
-    for_each_fd_of("memfd:remapring-pool", add_pool_fd, NULL);
+    if (dir == NULL) {
+        return;
+    }
+    while ((de = readdir(dir)) != NULL && pool.nfds < MAX_POOLS) {
+        snprintf(path, sizeof(path), "/proc/self/fd/%s", de->d_name);
+        n = readlink(path, link, sizeof(link) - 1);
+        if (n <= 0) {
+            continue;
+        }
+        link[n] = '\0';
+        if (strstr(link, "memfd:remapring-pool") != NULL) {
+            pool.fds[pool.nfds++] = atoi(de->d_name);
+        }
+    }
+    closedir(dir);
 }
 
 static void sample(mem_t *m)

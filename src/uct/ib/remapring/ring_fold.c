@@ -111,7 +111,6 @@ ucs_status_t uct_remapring_fold_init(uct_remapring_fold_t *fold,
     fold->page_shift = page_shift;
     fold->unit_shift = page_shift - 6; /* 64 units */
     fold->max_pages  = (page_shift < 6) ? 0 : max_pages;
-    fold->ncpu_pages = ncpu_pages;
     for (list = 0; list < UCT_REMAPRING_FOLD_LIST_LAST; ++list) {
         fold->heads[list] = UCT_REMAPRING_FOLD_NONE;
         fold->tails[list] = UCT_REMAPRING_FOLD_NONE;

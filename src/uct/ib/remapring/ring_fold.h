@@ -111,7 +111,6 @@ typedef struct uct_remapring_fold {
     uint32_t heads[UCT_REMAPRING_FOLD_LIST_LAST];
     uint32_t tails[UCT_REMAPRING_FOLD_LIST_LAST];
     uint32_t counts[UCT_REMAPRING_FOLD_LIST_LAST];
-    uint64_t ncpu_pages; /* CPU-view pages of the pool */
     size_t meta_size; /* the arrays below, one mapping */
     uct_remapring_fold_page_t *pages; /* [max_pages] */
     uint32_t *of; /* [ncpu_pages]: fold page of each CPU-view page plus

@@ -448,7 +448,6 @@ uct_remapring_pool_create(const uct_remapring_pool_params_t *params,
     pool->grow_blocks      = params->grow_blocks;
     pool->free_head        = UCT_REMAPRING_POOL_BLOCK_NONE;
     pool->unfold_head      = UCT_REMAPRING_POOL_BLOCK_NONE;
-    pool->nlost            = 0;
     pool->nblocks          = 0;
     pool->stats.max_blocks = params->max_blocks;
     ucs_list_head_init(&pool->waiters);
@@ -811,7 +810,6 @@ uct_remapring_pool_unfold(uct_remapring_pool_t *pool, uint32_t index)
                   pool, index); /* and the mmap error above */
         /* neither free nor handed out: in use for good */
         pool->stats.nfree--;
-        pool->nlost++;
         ucs_atomic_add64(&uct_remapring_pool_used_blocks, 1);
         return UCS_ERR_NO_MEMORY;
     }

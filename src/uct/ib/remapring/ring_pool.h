@@ -184,7 +184,6 @@ typedef struct uct_remapring_pool {
     uint32_t free_head; /* first free block or NONE */
     uint32_t unfold_head; /* free blocks whose CPU view still maps fold
                              pages: mapped back before use */
-    unsigned nlost; /* blocks that could not be mapped back */
     uct_remapring_pool_block_t *blocks; /* [max_blocks] */
     size_t meta_size; /* the arrays below, one mapping */
     uint32_t *dirty; /* [max_blocks]: punched detached blocks in which
