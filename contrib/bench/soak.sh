@@ -30,7 +30,7 @@ usage: contrib/bench/soak.sh [--wire shm|cma] [options]
                contrib/build.sh if missing; BUILD_DIR is build/ of the tree)
   -o DIR       where the results go (default BUILD_DIR/soak): soak-WIRE.csv
                (every sample: wire, side, t_s, rss_kib, anon_kib, shmem_kib,
-               vmas, ring_vmas, fds, pool_blocks, messages, held,
+               vmas, ring_vmas, fold_vmas, fds, pool_blocks, messages, held,
                msgs_per_s), soak-WIRE.log (ucp_hold's output), soak-WIRE.txt
                (the table and the verdict), smaps-WIRE-SIDE-warmup and
                -end (/proc/PID/smaps of each side at the end of the warm-up
@@ -46,8 +46,8 @@ must be remapring's. Other UCX_REMAPRING_* settings in the environment
 apply (UCX_REMAPRING_RING_SLOTS, default 16, sets a margin below).
 
 Each side samples (proc_stats.h): RSS (VmRSS; RssAnon and RssShmem in the
-CSV), VMAs (lines of /proc/self/maps, and of them the transport's memfd
-mappings), open fds, pool blocks in use (uct_remapring_pool_total_used()),
+CSV), VMAs (lines of /proc/self/maps; of them the transport's memfd
+mappings, and those the pool's folded pages added), open fds, pool blocks in use (uct_remapring_pool_total_used()),
 messages done and held. The table shows both sides, a row every -e seconds.
 After the verdict, where each side's RSS moved between its two smaps
 snapshots: the mappings whose Rss changed most.
@@ -56,9 +56,14 @@ Verdict, for each side: after the warm-up, the maximum of each series may
 exceed its value at the end of the warm-up (its last sample in it) by at
 most:
   RSS          max(2 MiB, 5% of that value)
-  VMAs         RING_SLOTS + 1: the ring view a process receives on is up to
-               RING_SLOTS mappings once held blocks were remapped under its
-               slots (cma wire), and the pool's view one more as it grows
+  VMAs         RING_SLOTS + 1, of the VMAs less those folded pages added:
+               the ring view a process receives on is up to RING_SLOTS
+               mappings once held blocks were remapped under its slots
+               (cma wire), and the pool's view one more as it grows
+  folded VMAs  4 x -H: the VMAs folded pages added (a page of a held
+               message folded into a shared page is a mapping of its own
+               inside the pool's, splitting it in three; each held message
+               folds at most its first and last pages)
   fds          0
   pool blocks  -H + RING_SLOTS: each held message may keep a block out of
                its slot, and a ring's grant grows up to RING_SLOTS

@@ -5,8 +5,8 @@
 """The series of a soak run (contrib/bench/soak.sh) and its verdict.
 
 Input: the output of test/apps/ucp_hold -S, whose lines
-"sample SIDE T RSS_KIB ANON_KIB SHMEM_KIB VMAS RING_VMAS FDS POOL_BLOCKS
-MESSAGES HELD" are each side's resources at time T of its traffic; the
+"sample SIDE T RSS_KIB ANON_KIB SHMEM_KIB VMAS RING_VMAS FOLD_VMAS FDS
+POOL_BLOCKS MESSAGES HELD" are each side's resources at time T of its traffic; the
 last line of a side is taken at the end of its traffic.
 
 Prints a table (one row every --every seconds, both sides), writes every
@@ -19,8 +19,8 @@ import argparse
 import csv
 import sys
 
-FIELDS = ("rss_kib", "anon_kib", "shmem_kib", "vmas", "ring_vmas", "fds",
-          "pool_blocks", "messages", "held")
+FIELDS = ("rss_kib", "anon_kib", "shmem_kib", "vmas", "ring_vmas",
+          "fold_vmas", "fds", "pool_blocks", "messages", "held")
 SIDES = ("sender", "receiver")
 
 
@@ -73,6 +73,8 @@ def read_samples(path):
                 s.update(zip(FIELDS, (int(v) for v in parts[3:])))
             except ValueError:
                 continue
+            # the mappings there would be if no page were folded
+            s["unfolded_vmas"] = s["vmas"] - max(s["fold_vmas"], 0)
             samples[parts[1]].append(s)
     return samples
 
@@ -83,9 +85,13 @@ def margins(args, base):
     return [
         ("RSS", "rss_kib", rss,
          "max(2 MiB, 5%% of the warm-up value) = %d KiB" % rss),
-        ("VMAs", "vmas", args.ring_slots + 1,
+        ("VMAs", "unfolded_vmas", args.ring_slots + 1,
          "RING_SLOTS + 1 = %d (a ring view, remapped under held blocks, "
          "and the pool's view growing)" % (args.ring_slots + 1)),
+        ("folded VMAs", "fold_vmas", 4 * args.max_held,
+         "4 x max held = %d (each held message's first and last pages "
+         "folded, each fold splitting a mapping in three)" %
+         (4 * args.max_held)),
         ("fds", "fds", 0, "0"),
         ("pool blocks", "pool_blocks", args.max_held + args.ring_slots,
          "max held + RING_SLOTS = %d (a block kept by each held message, "
@@ -108,9 +114,10 @@ def rate(prev, cur):
 
 
 def print_table(samples, every):
-    print("%8s  %-47s  %-47s" % ("", "sender", "receiver"))
-    head = "%6s %7s %4s %5s %6s %5s %8s"
-    cols = ("RSS MiB", "VMAs", "(rr)", "fds", "blocks", "held", "msg/s")
+    print("%8s  %-52s  %-52s" % ("", "sender", "receiver"))
+    head = "%6s %7s %4s %4s %5s %6s %5s %8s"
+    cols = ("RSS MiB", "VMAs", "(rr)", "(f)", "fds", "blocks", "held",
+            "msg/s")
     print("%8s  %s  %s" % ("t (s)", head % cols, head % cols))
     rows = {}
     for side in SIDES:
@@ -135,17 +142,18 @@ def print_table(samples, every):
         t = None
         for side in SIDES:
             if side not in rows[key]:
-                cells.append(" " * 47)
+                cells.append(" " * 52)
                 continue
             s, r = rows[key][side]
             t = s["t"] if t is None else t
-            cells.append("%7s %7d %4s %5s %6s %5s %8.0f" % (
+            cells.append("%7s %7d %4s %4s %5s %6s %5s %8.0f" % (
                 mib(s["rss_kib"]), s["vmas"], "(%d)" % s["ring_vmas"],
-                fmt(s["fds"]), fmt(s["pool_blocks"]), fmt(s["held"]), r))
+                "(%d)" % s["fold_vmas"], fmt(s["fds"]), fmt(s["pool_blocks"]), fmt(s["held"]), r))
         label = "end" if key == "end" else "%.0f" % (key * every)
         print("%8s  %s  %s" % (label, cells[0], cells[1]))
-    print("(rr): of the VMAs, mappings of the transport's memfds; msg/s: "
-          "since the row before; RSS anon and shmem parts in the CSV")
+    print("(rr): of the VMAs, mappings of the transport's memfds; (f): of "
+          "them, those folded pages added; msg/s: since the row before; "
+          "RSS anon and shmem parts in the CSV")
 
 
 def write_csv(path, wire, samples):
@@ -196,9 +204,11 @@ def judge(args, samples):
         if held >= 0:
             print("  %-8s %-11s at most %d at a sample (limit %d)" % (
                 side, "held", held, args.max_held))
-    print("margins: RSS (KiB) max(2 MiB, 5%%), VMAs RING_SLOTS + 1 = %d, "
-          "fds 0, pool blocks max held + RING_SLOTS = %d" % (
-              args.ring_slots + 1, args.max_held + args.ring_slots))
+    print("margins: RSS (KiB) max(2 MiB, 5%%), VMAs (less those folding "
+          "added) RING_SLOTS + 1 = %d, folded VMAs 4 x max held = %d, fds "
+          "0, pool blocks max held + RING_SLOTS = %d" % (
+              args.ring_slots + 1, 4 * args.max_held,
+              args.max_held + args.ring_slots))
     if grew:
         for g in grew:
             print("NOT FLAT: " + g)

@@ -21,6 +21,7 @@ typedef struct {
     long shmem_kib; /* RssShmem: of it, shared memory (the memfds) */
     long vmas; /* all mappings (lines of /proc/self/maps) */
     long ring_vmas; /* of them, mappings of the transport's memfds */
+    long fold_vmas; /* of them, those the pool's folded pages added */
     long fds; /* open file descriptors */
     long blocks; /* pool blocks in use; -1: the counter was not found */
 } proc_stats_t;
@@ -50,14 +51,67 @@ static inline long proc_stats_fds(void)
     return proc_stats_count_dir("/proc/self/fd");
 }
 
-/* Mappings of this process, all of them in *all_p (if not NULL); returns
- * those of the transport's memfds (pools, ring views, control areas:
- * "memfd:remapring-..."), or -1 if /proc/self/maps cannot be read */
-static inline long proc_stats_vmas(long *all_p)
+/* What proc_stats_vmas() keeps of the mapping before the current one */
+typedef struct {
+    int           pool; /* a pool memfd's page, or a page folded from one */
+    int           folded; /* it ends in a folded page */
+    unsigned long end; /* its end address */
+    unsigned long inode; /* its pool memfd's inode; 0: not known yet */
+    unsigned long off_end; /* offset in that memfd at its end */
+} proc_stats_prev_map_t;
+
+/* One line of /proc/self/maps into the count of mappings folding added:
+ * a page the pool folded (ring_fold.h) is a mapping of the fold memfd
+ * ("memfd:remapring-pool-fold") inside a mapping of the pool memfd
+ * ("memfd:remapring-pool"), splitting it. A folded page right after a pool
+ * mapping, and a pool mapping right after a folded page (same memfd, the
+ * offset going on), would be one mapping without folding. Returns 1 for a
+ * line that would not be a mapping of its own, else 0. */
+static inline int proc_stats_fold_split(const char *line,
+                                        proc_stats_prev_map_t *prev)
+{
+    unsigned long start, end, off, inode;
+    int fold, pool, joins;
+
+    fold = (strstr(line, "memfd:remapring-pool-fold") != NULL);
+    pool = !fold && (strstr(line, "memfd:remapring-pool ") != NULL);
+    if ((!fold && !pool) ||
+        (sscanf(line, "%lx-%lx %*s %lx %*s %lu", &start, &end, &off,
+                &inode) != 4)) {
+        prev->pool = 0;
+        return 0;
+    }
+
+    joins = prev->pool && (prev->end == start);
+    if (pool) {
+        /* a pool mapping joins only a chain that ended in a folded page,
+         * of the same memfd where that is known */
+        joins = joins && prev->folded &&
+                ((prev->inode == 0) ||
+                 ((prev->inode == inode) && (prev->off_end == off)));
+        prev->inode   = inode;
+        prev->off_end = off + (end - start);
+    } else if (joins) {
+        prev->off_end += end - start;
+    } else {
+        prev->inode = 0; /* a chain starting with a folded page */
+    }
+    prev->pool   = 1;
+    prev->folded = fold;
+    prev->end    = end;
+    return joins;
+}
+
+/* Mappings of this process, all of them in *all_p and those folding added
+ * in *fold_p (each if not NULL); returns those of the transport's memfds
+ * (pools, ring views, control areas, folded pages: "memfd:remapring-..."),
+ * or -1 if /proc/self/maps cannot be read */
+static inline long proc_stats_vmas(long *all_p, long *fold_p)
 {
     FILE *f = fopen("/proc/self/maps", "r");
+    proc_stats_prev_map_t prev = {0};
     char line[512];
-    long n = 0, all = 0;
+    long n = 0, all = 0, split = 0;
     size_t len;
     int bol = 1;
 
@@ -66,14 +120,20 @@ static inline long proc_stats_vmas(long *all_p)
     }
     while (fgets(line, sizeof(line), f) != NULL) {
         /* a line longer than the buffer comes in pieces: count it once */
-        all += bol;
-        n += bol && (strstr(line, "memfd:remapring") != NULL);
+        if (bol) {
+            all++;
+            n += (strstr(line, "memfd:remapring") != NULL);
+            split += proc_stats_fold_split(line, &prev);
+        }
         len = strlen(line);
         bol = (len > 0) && (line[len - 1] == '\n');
     }
     fclose(f);
     if (all_p != NULL) {
         *all_p = all;
+    }
+    if (fold_p != NULL) {
+        *fold_p = split;
     }
     return n;
 }
@@ -108,7 +168,7 @@ static inline void proc_stats_rss(proc_stats_t *s)
 static inline void proc_stats_read(proc_stats_t *s, uint64_t (*pool_used)(void))
 {
     proc_stats_rss(s);
-    s->ring_vmas = proc_stats_vmas(&s->vmas);
+    s->ring_vmas = proc_stats_vmas(&s->vmas, &s->fold_vmas);
     s->fds       = proc_stats_fds();
     s->blocks    = (pool_used != NULL) ? (long)pool_used() : -1;
 }

@@ -29,8 +29,9 @@
  *       messages: one arriving that far after the first still missing is
  *       an error
  *   -S  every interval_ms, each side prints a line "sample SIDE T RSS_KIB
- *       ANON_KIB SHMEM_KIB VMAS RING_VMAS FDS POOL_BLOCKS MESSAGES HELD"
- *       (proc_stats.h; POOL_BLOCKS -1 without the module's counter, HELD -1
+ *       ANON_KIB SHMEM_KIB VMAS RING_VMAS FOLD_VMAS FDS POOL_BLOCKS MESSAGES
+ *       HELD" (proc_stats.h; FOLD_VMAS: of the VMAS, those the pool's
+ *       folded pages added; POOL_BLOCKS -1 without the module's counter, HELD -1
  *       for the sender), from the start of the traffic, and one at its end
  */
 #define _GNU_SOURCE
@@ -171,9 +172,9 @@ static void sample(const char *side, uint64_t msgs, long held, int force)
         return;
     }
     proc_stats_read(&s, sampler.pool_used);
-    printf("sample %s %.3f %ld %ld %ld %ld %ld %ld %ld %" PRIu64 " %ld\n",
+    printf("sample %s %.3f %ld %ld %ld %ld %ld %ld %ld %ld %" PRIu64 " %ld\n",
            side, (t - sampler.t0) / 1e6, s.rss_kib, s.anon_kib, s.shmem_kib,
-           s.vmas, s.ring_vmas, s.fds, s.blocks, msgs, held);
+           s.vmas, s.ring_vmas, s.fold_vmas, s.fds, s.blocks, msgs, held);
     fflush(stdout);
     while (sampler.next <= t) {
         sampler.next += opt.sample_ms * 1e3;
@@ -973,7 +974,8 @@ int main(int argc, char **argv)
     if (opt.sample_ms) {
         sampler.pool_used = proc_stats_pool_used_fn();
         printf("samples every %.0f ms: sample side t_s rss_kib anon_kib "
-               "shmem_kib vmas ring_vmas fds pool_blocks messages held%s\n",
+               "shmem_kib vmas ring_vmas fold_vmas fds pool_blocks messages "
+               "held%s\n",
                opt.sample_ms, sampler.pool_used == NULL ?
                " (no uct_remapring_pool_total_used(): pool_blocks -1)" : "");
     }

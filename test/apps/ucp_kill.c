@@ -105,7 +105,7 @@ static void take_counts(counts_t *c)
      * mappings move with malloc and UCX's memory pools, which keep what
      * they grew to */
     c->fds    = proc_stats_fds();
-    c->vmas   = proc_stats_vmas(NULL);
+    c->vmas   = proc_stats_vmas(NULL, NULL);
     c->blocks = (g.pool_used != NULL) ? (long)g.pool_used() : -1;
 }
 

@@ -3,10 +3,12 @@
 # Copyright (c) remapring contributors. See file LICENSE for terms.
 #
 # contrib/bench/soak.sh, cheaply, so that it does not rot: its help; its
-# verdict on made-up series (one flat, one where the receiver's RSS grows
-# by 3 MiB after the warm-up: it must say so and exit 1); then a 20 s soak
-# on the shm wire with a 5 s warm-up, which must print the series of both
-# sides, a verdict and where RSS moved (smaps), write the CSV, and exit 0.
+# verdict on made-up series (flat with VMAs that folded pages added; the
+# receiver's RSS growing by 3 MiB after the warm-up, its VMAs by 20 more
+# than folding added, or folded pages adding 300: each must be named, exit
+# status 1); then a 20 s soak on the shm wire with a 5 s warm-up, which
+# must print the series of both sides, a verdict and where RSS moved
+# (smaps), write the CSV, and exit 0.
 # The 10-minute soak is run by hand (README, Performance).
 #
 . "$(dirname "$0")/common.sh"
@@ -29,26 +31,48 @@ for w in --wire SOAK_SECONDS SOAK_WARMUP SOAK_MAX_HELD RSS VMAs fds \
 done
 
 note "the verdict on made-up series"
-# sample SIDE T RSS ANON SHMEM VMAS RING_VMAS FDS BLOCKS MESSAGES HELD
-for t in $(seq 0 20); do
-    rss=10000
-    [ "$t" -gt 15 ] && rss=13072
-    echo "sample sender $t 20000 1000 100 150 4 20 6 $((t * 100)) -1"
-    echo "sample receiver $t $rss 1000 100 130 4 18 8 $((t * 100)) 2"
-done > "$tmp/flat.log"
+# sample SIDE T RSS ANON SHMEM VMAS RING_VMAS FOLD_VMAS FDS BLOCKS MESSAGES
+# HELD; after 15 s the receiver's RSS grows by 3 MiB, and 40 of its VMAs
+# are those folded pages added ($fold: 40, or 300 for too many)
+made_up() {
+    local t rss vmas f
+    for t in $(seq 0 20); do
+        rss=10000 vmas=130 f=0
+        [ "$t" -gt 15 ] && rss=13072 vmas=170 f=$1
+        echo "sample sender $t 20000 1000 100 150 4 0 20 6 $((t * 100)) -1"
+        echo "sample receiver $t $rss 1000 100 $vmas 4 $f 18 8 $((t * 100)) 2"
+    done
+}
+made_up 40 > "$tmp/flat.log"
 sed 's/^\(sample receiver [0-9]* \)13072/\110000/' "$tmp/flat.log" \
     > "$tmp/flat2.log"
 rc=0
 python3 "$report" --csv "$tmp/v.csv" --warmup 5 --max-held 64 \
     "$tmp/flat2.log" > "$tmp/v.out" || rc=$?
 [ $rc -eq 0 ] && grep -q "^FLAT" "$tmp/v.out" ||
-    { cat "$tmp/v.out"; fail "flat series: exit status $rc"; }
+    { cat "$tmp/v.out"; fail "flat series (VMAs folding added): exit status $rc"; }
 rc=0
 python3 "$report" --csv "$tmp/v.csv" --warmup 5 --max-held 64 \
     "$tmp/flat.log" > "$tmp/v.out" || rc=$?
 grep "NOT FLAT" "$tmp/v.out" | sed 's/^/   /'
 [ $rc -eq 1 ] && grep -q "^NOT FLAT: receiver RSS: 10000 .* 13072 at 16 s" \
     "$tmp/v.out" || { cat "$tmp/v.out"; fail "growing RSS: exit status $rc"; }
+made_up 20 | sed 's/^\(sample receiver [0-9]* \)13072/\110000/' \
+    > "$tmp/vmas.log"
+rc=0
+python3 "$report" --csv "$tmp/v.csv" --warmup 5 --max-held 64 \
+    "$tmp/vmas.log" > "$tmp/v.out" || rc=$?
+grep "NOT FLAT" "$tmp/v.out" | sed 's/^/   /'
+[ $rc -eq 1 ] && grep -q "^NOT FLAT: receiver VMAs: 130 .* 150 at 16 s" \
+    "$tmp/v.out" || { cat "$tmp/v.out"; fail "growing VMAs: exit status $rc"; }
+made_up 300 | sed 's/^\(sample receiver [0-9]* \)13072/\110000/' \
+    > "$tmp/fold.log"
+rc=0
+python3 "$report" --csv "$tmp/v.csv" --warmup 5 --max-held 64 \
+    "$tmp/fold.log" > "$tmp/v.out" || rc=$?
+grep "NOT FLAT" "$tmp/v.out" | sed 's/^/   /'
+[ $rc -eq 1 ] && grep -q "^NOT FLAT: receiver folded VMAs: 0 .* 300 at 16 s" \
+    "$tmp/v.out" || { cat "$tmp/v.out"; fail "folded VMAs: exit status $rc"; }
 
 note "soak.sh -t 20 -W 5 on the shm wire"
 start=$SECONDS
