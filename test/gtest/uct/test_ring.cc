@@ -191,6 +191,38 @@ protected:
         return status;
     }
 
+    /* send(), the short way when it takes the record (an 8-byte header
+     * and the rest, as am_short sends them; @a length >= 8): true if it
+     * did. m_short_misses counts records it left to the general path. */
+    ucs_status_t send_short(size_t length, bool *short_p = NULL)
+    {
+        std::vector<uint8_t> buf(length);
+        uint64_t header;
+        char *rec;
+
+        fill_payload(buf.data(), length, m_send_seq);
+        memcpy(&header, buf.data(), sizeof(header));
+        rec = uct_remapring_ring_writer_short_begin(&m_writer, length);
+        if (short_p != NULL) {
+            *short_p = (rec != NULL);
+        }
+        if (rec == NULL) {
+            ++m_short_misses;
+            return send(length);
+        }
+
+        rec += sizeof(uct_remapring_ring_hdr_t);
+        memcpy(rec, &header, sizeof(header));
+        memcpy(rec + sizeof(header), buf.data() + sizeof(header),
+               length - sizeof(header));
+        uct_remapring_ring_writer_short_commit(
+                &m_writer, rec - sizeof(uct_remapring_ring_hdr_t),
+                (uint8_t)m_send_seq, length);
+        m_sent_len.push_back((uint32_t)length);
+        ++m_send_seq;
+        return UCS_OK;
+    }
+
     /* Poll one record and check it; returns false if there is none */
     bool recv(bool hold)
     {
@@ -305,8 +337,9 @@ protected:
     uct_remapring_wire_t *m_wire    = NULL;
     std::vector<uint32_t> m_shared_slots;
     uct_remapring_ring_writer_t m_writer;
-    uint64_t m_send_seq = 0;
-    uint64_t m_recv_seq = 0;
+    uint64_t m_send_seq     = 0;
+    uint64_t m_recv_seq     = 0;
+    uint64_t m_short_misses = 0;
     std::deque<uint32_t> m_sent_len;
     std::vector<held_rec> m_held;
     std::mt19937_64 m_rng{12345};
@@ -391,6 +424,25 @@ TEST_F(test_ring, stamp_commit)
     forge(m_writer.tail, (uint32_t)capacity() + 1,
           UCT_REMAPRING_RING_REC_DATA, 0);
     EXPECT_FALSE(uct_remapring_ring_is_empty(m_ring));
+    expect_rejected();
+}
+
+/* The reader's inline poll checks an inline record as the whole poll does:
+ * one stamped right whose length runs past its slot is refused */
+TEST_F(test_ring, stamp_inline_past_slot)
+{
+    config cfg;
+    cfg.commit     = UCT_REMAPRING_RING_COMMIT_STAMP;
+    cfg.inline_max = 256;
+    init(cfg);
+
+    /* 64-byte records up to the slot's last 64 bytes */
+    while (m_writer.tail < cfg.block_size - 64) {
+        ASSERT_EQ(UCS_OK, send(48));
+    }
+    drain();
+    EXPECT_EQ(cfg.block_size - 64, m_ring->head);
+    forge(m_writer.tail, 200, UCT_REMAPRING_RING_REC_DATA, 0);
     expect_rejected();
 }
 
@@ -644,6 +696,62 @@ TEST_F(test_ring, shm_wire_bad_table_entry)
         status = send(100);
     } while (status == UCS_OK);
     EXPECT_EQ(UCS_ERR_INVALID_ADDR, status);
+}
+
+/* The writer's short path: a wire without direct stores (local) or a TAIL
+ * commit never takes it. On the shm wire with STAMP it takes every inline
+ * record that has credit and room in its slot, and leaves the rest, the
+ * record that must pad to the next slot and the one whose block is past
+ * the pool the wire last saw, to the general path; the reader sees the same
+ * records either way (it polls them the short way too). */
+TEST_F(test_ring, short_path)
+{
+    config cfg;
+    cfg.commit     = UCT_REMAPRING_RING_COMMIT_STAMP;
+    cfg.inline_max = 256;
+    init(cfg);
+    EXPECT_EQ(NULL, uct_remapring_ring_writer_short_begin(&m_writer, 8))
+            << "the local wire has no direct stores";
+
+    cfg.shm         = true;
+    cfg.init_blocks = 2; /* the pool grows under the writer */
+    cfg.max_blocks  = 64;
+    init(cfg);
+    EXPECT_EQ(NULL, uct_remapring_ring_writer_short_begin(&m_writer, 257))
+            << "a payload past inline_max went the short way";
+
+    std::uniform_int_distribution<size_t> size_dist(8, 256);
+    uint32_t file_blocks = m_wire->direct.file_blocks;
+    uint64_t nshort      = 0;
+    bool is_short;
+    for (unsigned n = 0; n < 20000; ++n) {
+        while (send_short(size_dist(m_rng), &is_short) == UCS_ERR_NO_RESOURCE) {
+            /* hold some, so that held blocks move under the slots */
+            drain([](uint64_t seq) { return (seq % 97) == 0; });
+            while (m_held.size() > 8) {
+                release(0);
+            }
+        }
+        nshort += is_short;
+    }
+    drain();
+    EXPECT_EQ(m_send_seq, m_recv_seq);
+    EXPECT_GT(ring_stats().npads, 0u);
+    EXPECT_GT(ring_stats().nremaps, 0u);
+    /* only the general path looks at the memfd again */
+    EXPECT_GT(m_wire->direct.file_blocks, file_blocks)
+            << "no record found its block past the pool the wire saw";
+    /* every record that pads, or finds no credit, takes the general path */
+    EXPECT_GT(nshort, 15000u);
+    EXPECT_GE(m_short_misses, ring_stats().npads);
+    printf("[          ] %lu records the short way, %lu not (%lu pads)\n",
+           nshort, m_short_misses, ring_stats().npads);
+    release_all_shuffled();
+
+    /* TAIL commit: never */
+    cfg.commit = UCT_REMAPRING_RING_COMMIT_TAIL;
+    init(cfg);
+    EXPECT_EQ(NULL, uct_remapring_ring_writer_short_begin(&m_writer, 8));
 }
 
 TEST_F(test_ring, hold_across_many_laps)
@@ -1837,8 +1945,18 @@ TEST_P(test_ring_threads, two_threads)
                 fresh = false;
             }
             struct iovec iov = {buf.data(), length};
-            if (uct_remapring_ring_writer_send(writer, (uint8_t)seq, 0, &iov,
-                                               1) == UCS_OK) {
+            char *rec = uct_remapring_ring_writer_short_begin(writer, length);
+            if (rec != NULL) {
+                /* the short way (shm wire), as am_short takes it */
+                memcpy(rec + sizeof(uct_remapring_ring_hdr_t), buf.data(),
+                       length);
+                uct_remapring_ring_writer_short_commit(writer, rec,
+                                                       (uint8_t)seq, length);
+                ++seq;
+                fresh = true;
+                nsent.store(seq, std::memory_order_relaxed);
+            } else if (uct_remapring_ring_writer_send(writer, (uint8_t)seq, 0,
+                                                      &iov, 1) == UCS_OK) {
                 ++seq;
                 fresh = true;
                 nsent.store(seq, std::memory_order_relaxed);

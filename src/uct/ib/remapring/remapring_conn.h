@@ -409,6 +409,18 @@ void uct_remapring_ctl_destroy(uct_remapring_ctl_area_t *area);
 
 
 /**
+ * Whether a doorbell may have rung since the last
+ * uct_remapring_ctl_doorbells(): a relaxed load of the summary word, to skip
+ * the call when it is 0.
+ */
+static UCS_F_ALWAYS_INLINE int
+uct_remapring_ctl_rung(const uct_remapring_ctl_area_t *area)
+{
+    return __atomic_load_n(&area->ctl->summary, __ATOMIC_RELAXED) != 0;
+}
+
+
+/**
  * Take the doorbells rung since the last call and call @a cb with each
  * connection index that rang (every index below max_peers).
  */

@@ -770,18 +770,13 @@ uct_remapring_ep_send_early(uct_remapring_iface_t *iface,
     return uct_remapring_backlog_add(iface, ep->peer, id, iov, iovcnt);
 }
 
+/* Send on a ready endpoint (uct_remapring_ep_ready() returned UCS_OK) */
 static UCS_F_ALWAYS_INLINE ucs_status_t
-uct_remapring_ep_send(uct_remapring_iface_t *iface, uct_remapring_ep_t *ep,
-                      uint8_t id, const struct iovec *iov, size_t iovcnt)
+uct_remapring_ep_send_ready(uct_remapring_ep_t *ep, uint8_t id,
+                            const struct iovec *iov, size_t iovcnt)
 {
     uct_remapring_peer_t *peer = ep->peer;
     ucs_status_t status;
-
-    status = uct_remapring_ep_ready(iface, ep);
-    if (ucs_unlikely(status != UCS_OK)) {
-        return uct_remapring_ep_send_early(iface, ep, status, id, iov,
-                                           iovcnt);
-    }
 
     status = uct_remapring_ring_writer_send(&peer->writer, id, 0, iov, iovcnt);
     if (ucs_likely(status == UCS_OK)) {
@@ -798,6 +793,20 @@ uct_remapring_ep_send(uct_remapring_iface_t *iface, uct_remapring_ep_t *ep,
     }
 
     return status;
+}
+
+static UCS_F_ALWAYS_INLINE ucs_status_t
+uct_remapring_ep_send(uct_remapring_iface_t *iface, uct_remapring_ep_t *ep,
+                      uint8_t id, const struct iovec *iov, size_t iovcnt)
+{
+    ucs_status_t status;
+
+    status = uct_remapring_ep_ready(iface, ep);
+    if (ucs_unlikely(status != UCS_OK)) {
+        return uct_remapring_ep_send_early(iface, ep, status, id, iov, iovcnt);
+    }
+
+    return uct_remapring_ep_send_ready(ep, id, iov, iovcnt);
 }
 
 /* Flatten a UCT iov (count/stride unsupported beyond one element) */
@@ -823,6 +832,19 @@ uct_remapring_ep_iov(const uct_iov_t *iov, size_t iovcnt, struct iovec *out,
     return UCS_OK;
 }
 
+/* Commit a record of the short path whose payload is stored at @a payload,
+ * and ring the bell: a wire with direct stores (shm) has a doorbell of its
+ * own */
+static UCS_F_ALWAYS_INLINE void
+uct_remapring_ep_short_commit(uct_remapring_ep_t *ep, char *payload, uint8_t id,
+                              size_t length)
+{
+    uct_remapring_ring_writer_short_commit(
+            &ep->peer->writer, payload - sizeof(uct_remapring_ring_hdr_t), id,
+            length);
+    uct_remapring_remote_ring_bell(&ep->peer->remote);
+}
+
 ucs_status_t uct_remapring_ep_am_short(uct_ep_h tl_ep, uint8_t id,
                                        uint64_t header, const void *payload,
                                        unsigned length)
@@ -834,11 +856,25 @@ ucs_status_t uct_remapring_ep_am_short(uct_ep_h tl_ep, uint8_t id,
         {.iov_base = (void*)payload, .iov_len = length}
     };
     ucs_status_t status;
+    char *rec;
 
     UCT_CHECK_AM_ID(id);
     UCT_CHECK_LENGTH(sizeof(header) + length, 0, iface->tx.max_short,
                      "am_short");
-    status = uct_remapring_ep_send(iface, ep, id, iov, 2);
+    status = uct_remapring_ep_ready(iface, ep);
+    if (ucs_unlikely(status != UCS_OK)) {
+        status = uct_remapring_ep_send_early(iface, ep, status, id, iov, 2);
+    } else if (ucs_likely((rec = uct_remapring_ring_writer_short_begin(
+                                   &ep->peer->writer,
+                                   sizeof(header) + length)) != NULL)) {
+        rec += sizeof(uct_remapring_ring_hdr_t);
+        memcpy(rec, &header, sizeof(header));
+        memcpy(rec + sizeof(header), payload, length);
+        uct_remapring_ep_short_commit(ep, rec, id, sizeof(header) + length);
+    } else {
+        status = uct_remapring_ep_send_ready(ep, id, iov, 2);
+    }
+
     if (ucs_likely(status == UCS_OK)) {
         UCT_TL_EP_STAT_OP(&ep->super, AM, SHORT, sizeof(header) + length);
         uct_iface_trace_am(&iface->super, UCT_AM_TRACE_TYPE_SEND, id, &header,
@@ -855,8 +891,9 @@ ucs_status_t uct_remapring_ep_am_short_iov(uct_ep_h tl_ep, uint8_t id,
     uct_remapring_ep_t *ep       = ucs_derived_of(tl_ep, uct_remapring_ep_t);
     uct_remapring_iface_t *iface = uct_remapring_ep_iface(ep);
     struct iovec vec[UCT_REMAPRING_MAX_IOV];
+    size_t length, i, pos;
     ucs_status_t status;
-    size_t length;
+    char *rec;
 
     UCT_CHECK_AM_ID(id);
     UCT_CHECK_IOV_SIZE(iovcnt, UCT_REMAPRING_MAX_IOV,
@@ -867,7 +904,22 @@ ucs_status_t uct_remapring_ep_am_short_iov(uct_ep_h tl_ep, uint8_t id,
     }
 
     UCT_CHECK_LENGTH(length, 0, iface->tx.max_short, "am_short_iov");
-    status = uct_remapring_ep_send(iface, ep, id, vec, iovcnt);
+    status = uct_remapring_ep_ready(iface, ep);
+    if (ucs_unlikely(status != UCS_OK)) {
+        status = uct_remapring_ep_send_early(iface, ep, status, id, vec,
+                                             iovcnt);
+    } else if (ucs_likely((rec = uct_remapring_ring_writer_short_begin(
+                                   &ep->peer->writer, length)) != NULL)) {
+        rec += sizeof(uct_remapring_ring_hdr_t);
+        for (i = 0, pos = 0; i < iovcnt; ++i) {
+            memcpy(rec + pos, vec[i].iov_base, vec[i].iov_len);
+            pos += vec[i].iov_len;
+        }
+        uct_remapring_ep_short_commit(ep, rec, id, length);
+    } else {
+        status = uct_remapring_ep_send_ready(ep, id, vec, iovcnt);
+    }
+
     if (ucs_likely(status == UCS_OK)) {
         UCT_TL_EP_STAT_OP(&ep->super, AM, SHORT, length);
         uct_iface_trace_am(&iface->super, UCT_AM_TRACE_TYPE_SEND, id,

@@ -1099,14 +1099,18 @@ static unsigned uct_remapring_iface_progress(uct_iface_h tl_iface)
     uct_remapring_rx_conn_t *rx_conn, *tmp;
     unsigned count = 0;
 
-    uct_remapring_ctl_doorbells(&iface->rx.ctl, uct_remapring_rx_conn_wake,
-                                iface);
+    if (ucs_unlikely(uct_remapring_ctl_rung(&iface->rx.ctl))) {
+        uct_remapring_ctl_doorbells(&iface->rx.ctl, uct_remapring_rx_conn_wake,
+                                    iface);
+    }
     ucs_list_for_each_safe(rx_conn, tmp, &iface->rx.active, list) {
         count += uct_remapring_rx_conn_poll(iface,
                                             rx_conn - iface->rx.rx_conns);
     }
 
-    count += uct_remapring_ep_progress_pending(iface);
+    if (ucs_unlikely(!ucs_list_is_empty(&iface->tx.blocked))) {
+        count += uct_remapring_ep_progress_pending(iface);
+    }
 
     ++iface->progress_calls;
     if (ucs_unlikely(!ucs_list_is_empty(&iface->rx.asleep) &&

@@ -75,11 +75,6 @@ static void uct_remapring_ring_set_slot(uct_remapring_ring_t *ring,
     }
 }
 
-static inline unsigned
-uct_remapring_ring_slot(const uct_remapring_ring_t *ring, uint64_t offset)
-{
-    return (unsigned)(offset >> ring->block_shift) & (ring->nslots - 1);
-}
 
 /* What a quiet ring keeps when it reclaims: its quiet grant, and at least
  * two slots, so that any record fits past the head */
@@ -87,15 +82,6 @@ static inline uint64_t
 uct_remapring_ring_reclaim_grant(const uct_remapring_ring_t *ring)
 {
     return ucs_max(ring->grant_min, 2 * ring->block_size);
-}
-
-static inline void *
-uct_remapring_ring_cpu_addr(const uct_remapring_ring_t *ring, uint64_t offset)
-{
-    uint32_t block = ring->slots[uct_remapring_ring_slot(ring, offset)];
-
-    return (char *)uct_remapring_pool_block_addr(ring->pool, block) +
-           (offset & (ring->block_size - 1));
 }
 
 static void uct_remapring_ring_publish(uct_remapring_ring_t *ring)
@@ -240,7 +226,7 @@ static void uct_remapring_ring_adjust_grant(uct_remapring_ring_t *ring)
  * be had the ring waits on the pool, and release() calls back here when a
  * block frees.
  */
-static void uct_remapring_ring_credit(uct_remapring_ring_t *ring)
+void uct_remapring_ring_credit(uct_remapring_ring_t *ring)
 {
     uct_remapring_pool_t *pool = ring->pool;
     uint64_t done = ring->head & ~(uint64_t)(ring->block_size - 1);
@@ -561,8 +547,8 @@ int uct_remapring_ring_is_empty(uct_remapring_ring_t *ring)
     return uct_remapring_ring_ctl_load_tail(ring->ctl) == ring->head;
 }
 
-ucs_status_t
-uct_remapring_ring_poll(uct_remapring_ring_t *ring, uct_remapring_ring_rx_t *rx)
+ucs_status_t uct_remapring_ring_poll_slow(uct_remapring_ring_t *ring,
+                                          uct_remapring_ring_rx_t *rx)
 {
     uint64_t pos_mask = ring->block_size - 1;
     uint64_t limit, pos, size, end;
@@ -638,25 +624,14 @@ uct_remapring_ring_poll(uct_remapring_ring_t *ring, uct_remapring_ring_rx_t *rx)
     }
 }
 
-void uct_remapring_ring_consume(uct_remapring_ring_t *ring,
-                                const uct_remapring_ring_rx_t *rx, int hold)
+void uct_remapring_ring_hold(uct_remapring_ring_t *ring,
+                             const uct_remapring_ring_rx_t *rx)
 {
-    if (hold) {
-        uct_remapring_pool_block_hold(ring->pool,
-                                      ring->slots[uct_remapring_ring_slot(
-                                              ring, rx->offset)],
-                                      rx->offset & (ring->block_size - 1),
-                                      ((rx->next - 1) & (ring->block_size - 1))
-                                      + 1);
-        ring->stats.nholds++;
-    }
-
-    ring->head = rx->next;
-    ring->stats.nrecords++;
-
-    if ((ring->head & (ring->block_size - 1)) == 0) {
-        uct_remapring_ring_credit(ring);
-    }
+    uct_remapring_pool_block_hold(
+            ring->pool, ring->slots[uct_remapring_ring_slot(ring, rx->offset)],
+            rx->offset & (ring->block_size - 1),
+            ((rx->next - 1) & (ring->block_size - 1)) + 1);
+    ring->stats.nholds++;
 }
 
 /* Blocks became free: let the rings waiting for one (oldest first) take
@@ -818,6 +793,7 @@ uct_remapring_ring_writer_init(uct_remapring_ring_writer_t *writer,
                                uct_remapring_wire_t *wire)
 {
     size_t window_size = (size_t)info->block_size * info->nslots;
+    int direct;
 
     uct_remapring_ring_layout_t layout = {
         .reserve      = info->reserve,
@@ -855,6 +831,12 @@ uct_remapring_ring_writer_init(uct_remapring_ring_writer_t *writer,
     writer->commit      = (uct_remapring_ring_commit_t)info->commit;
     writer->max_payload = uct_remapring_ring_max_payload(info->block_size,
                                                          &layout);
+    /* the short path stores straight into the reader's block, the stamp
+     * last, and takes 64-byte aligned inline records only */
+    direct = (wire->direct.base != NULL) &&
+             (writer->commit == UCT_REMAPRING_RING_COMMIT_STAMP) &&
+             (layout.rec_align == UCT_REMAPRING_RING_ALIGN);
+    writer->short_end   = direct ? (layout.inline_max + 1) : 0;
     writer->limit       = uct_remapring_wire_limit(wire);
     return UCS_OK;
 }

@@ -44,6 +44,11 @@
  *          a record until the stamp is the expected one. A stamp of an
  *          earlier lap cannot match (its offset differs), nor bytes the upper
  *          layer wrote over a consumed header (the nonce is random).
+ *          A writer whose wire stores into the reader's blocks itself
+ *          (shm) writes a small inline record the short way
+ *          (uct_remapring_ring_writer_short_begin and _commit): the same
+ *          stores in the same order, the stamp last with release, without
+ *          a call.
  *   TAIL   the bytes of one write may land in any order (process_vm_writev,
  *          RDMA WRITE): the writer stores the tail word with release after
  *          its write returned; the reader load-acquires it, reads nothing at
@@ -500,17 +505,108 @@ uct_remapring_ring_create(uct_remapring_pool_t *pool,
 void uct_remapring_ring_destroy(uct_remapring_ring_t *ring);
 
 
+/* Slot of ring offset @a offset */
+static UCS_F_ALWAYS_INLINE unsigned
+uct_remapring_ring_slot(const uct_remapring_ring_t *ring, uint64_t offset)
+{
+    return (unsigned)(offset >> ring->block_shift) & (ring->nslots - 1);
+}
+
+
+/* CPU-view address of ring offset @a offset, in the block under its slot */
+static UCS_F_ALWAYS_INLINE void *
+uct_remapring_ring_cpu_addr(const uct_remapring_ring_t *ring, uint64_t offset)
+{
+    uint32_t block = ring->slots[uct_remapring_ring_slot(ring, offset)];
+
+    return (char *)uct_remapring_pool_block_addr(ring->pool, block) +
+           (offset & (ring->block_size - 1));
+}
+
+
+/**
+ * uct_remapring_ring_poll() whole: PADs, TAIL commit, descriptor records,
+ * bad records, and the credit an empty ring publishes.
+ */
+ucs_status_t uct_remapring_ring_poll_slow(uct_remapring_ring_t *ring,
+                                          uct_remapring_ring_rx_t *rx);
+
+
+/* Whether a poll that finds the ring empty has credit to publish or a
+ * reclaim to finish (uct_remapring_ring_flush_credits) */
+static UCS_F_ALWAYS_INLINE int
+uct_remapring_ring_credit_due(const uct_remapring_ring_t *ring)
+{
+    return ring->reclaim_open || (ring->backed != ring->limit) ||
+           ((ring->grant != ring->window_size) &&
+            (__atomic_load_n(&ring->ctl->stalls, __ATOMIC_RELAXED) !=
+             ring->seen_stalls));
+}
+
+
 /**
  * Next record, if any; reader side. PAD records are consumed on the way.
  * Call uct_remapring_ring_consume() on the record before polling again.
  * Finding nothing, it publishes the credit not yet published.
  *
+ * The common case inline: STAMP commit, an inline DATA record committed at
+ * the head, or nothing there and no credit due. The stamp is load-acquired
+ * before anything else of the record is read, and the length and type are
+ * read once and checked as uct_remapring_ring_poll_slow() checks them;
+ * anything else goes there.
+ *
  * @return UCS_OK with @a rx filled, UCS_ERR_NO_PROGRESS if nothing new, or
  *         UCS_ERR_IO_ERROR if the ring holds a bad record or tail (logged
  *         once; the ring then stays in error).
  */
-ucs_status_t uct_remapring_ring_poll(uct_remapring_ring_t *ring,
-                                     uct_remapring_ring_rx_t *rx);
+static UCS_F_ALWAYS_INLINE ucs_status_t
+uct_remapring_ring_poll(uct_remapring_ring_t *ring, uct_remapring_ring_rx_t *rx)
+{
+    uint64_t head = ring->head;
+    uct_remapring_ring_hdr_t hdr;
+    uint64_t size, pos;
+    const char *rec;
+
+    if (ucs_unlikely((ring->commit != UCT_REMAPRING_RING_COMMIT_STAMP) ||
+                     (head >= ring->limit) || (ring->status != UCS_OK))) {
+        return uct_remapring_ring_poll_slow(ring, rx);
+    }
+
+    rec = (const char *)uct_remapring_ring_cpu_addr(ring, head);
+    if (__atomic_load_n((const uint64_t *)rec, __ATOMIC_ACQUIRE) !=
+        (head ^ ring->nonce)) {
+        return ucs_unlikely(uct_remapring_ring_credit_due(ring)) ?
+                       uct_remapring_ring_poll_slow(ring, rx) :
+                       UCS_ERR_NO_PROGRESS;
+    }
+
+    /* committed: the rest of the header, once (the peer may still write
+     * it); the stamp was checked above */
+    memcpy((char *)&hdr + sizeof(hdr.stamp), rec + sizeof(hdr.stamp),
+           sizeof(hdr) - sizeof(hdr.stamp));
+    if (ucs_unlikely(
+                (hdr.type != UCT_REMAPRING_RING_REC_DATA) ||
+                !uct_remapring_ring_is_inline(&ring->layout, hdr.length))) {
+        return uct_remapring_ring_poll_slow(ring, rx);
+    }
+
+    size = (sizeof(hdr) + hdr.length + ring->layout.rec_align - 1) &
+           ~(uint64_t)(ring->layout.rec_align - 1);
+    pos = head & (ring->block_size - 1);
+    if (ucs_unlikely((pos + size > ring->block_size) ||
+                     (head + size > ring->limit))) {
+        return uct_remapring_ring_poll_slow(ring, rx); /* logs it */
+    }
+
+    rx->payload   = (void *)(rec + sizeof(hdr));
+    rx->length    = hdr.length;
+    rx->am_id     = hdr.am_id;
+    rx->flags     = hdr.flags;
+    rx->is_inline = 1;
+    rx->offset    = head;
+    rx->next      = head + size;
+    return UCS_OK;
+}
 
 
 /**
@@ -519,12 +615,33 @@ ucs_status_t uct_remapring_ring_poll(uct_remapring_ring_t *ring,
 int uct_remapring_ring_is_empty(uct_remapring_ring_t *ring);
 
 
+/* Keep a polled record's block (uct_remapring_ring_consume) */
+void uct_remapring_ring_hold(uct_remapring_ring_t *ring,
+                             const uct_remapring_ring_rx_t *rx);
+
+
+/* The head left a slot: credit it, or wait for its block */
+void uct_remapring_ring_credit(uct_remapring_ring_t *ring);
+
+
 /**
  * Move the head past a polled record; reader side. If @a hold, the record
  * stays valid (its block is kept) until uct_remapring_ring_release().
  */
-void uct_remapring_ring_consume(uct_remapring_ring_t *ring,
-                                const uct_remapring_ring_rx_t *rx, int hold);
+static UCS_F_ALWAYS_INLINE void
+uct_remapring_ring_consume(uct_remapring_ring_t *ring,
+                           const uct_remapring_ring_rx_t *rx, int hold)
+{
+    if (hold) {
+        uct_remapring_ring_hold(ring, rx);
+    }
+
+    ring->head = rx->next;
+    ring->stats.nrecords++;
+    if (ucs_unlikely((ring->head & (ring->block_size - 1)) == 0)) {
+        uct_remapring_ring_credit(ring);
+    }
+}
 
 
 /**
@@ -602,6 +719,8 @@ typedef struct uct_remapring_ring_writer {
     uct_remapring_ring_layout_t layout;
     uct_remapring_ring_commit_t commit;
     uint32_t max_payload;
+    uint32_t short_end; /* payloads shorter than it may go the short way;
+                           0: none may */
     uct_remapring_ring_writer_stats_t stats;
 } uct_remapring_ring_writer_t;
 
@@ -632,6 +751,89 @@ ucs_status_t uct_remapring_ring_writer_send(uct_remapring_ring_writer_t *writer,
                                             uint8_t am_id, uint8_t flags,
                                             const struct iovec *iov,
                                             size_t iovcnt);
+
+
+/* Bytes an inline record of @a length payload bytes takes, on the short
+ * path (records start on 64 bytes) */
+static UCS_F_ALWAYS_INLINE uint64_t uct_remapring_ring_short_size(size_t length)
+{
+    return (sizeof(uct_remapring_ring_hdr_t) + length +
+            UCT_REMAPRING_RING_ALIGN - 1) &
+           ~(uint64_t)(UCT_REMAPRING_RING_ALIGN - 1);
+}
+
+
+/**
+ * The short path, for an inline record of @a length payload bytes: where
+ * the record goes in the reader's block, if it goes the short way. The
+ * caller stores the payload at the address returned +
+ * sizeof(uct_remapring_ring_hdr_t), then commits it with
+ * uct_remapring_ring_writer_short_commit(); nothing else of the ring may
+ * happen in between. The short way is straight into the reader's block
+ * (the wire's direct stores, STAMP commit), the same bytes in the same
+ * order as uct_remapring_ring_writer_send() (see Commit at the top of this
+ * file), without a call: only when the record is inline, credit is in hand
+ * and the record fits in the rest of its slot; writer side.
+ *
+ * @return the record's address, or NULL if nothing may be written there:
+ *         send it with uct_remapring_ring_writer_send(), which reloads the
+ *         limit, pads to the next slot, or asks the wire.
+ */
+static UCS_F_ALWAYS_INLINE char *
+uct_remapring_ring_writer_short_begin(const uct_remapring_ring_writer_t *writer,
+                                      size_t length)
+{
+    const uct_remapring_wire_direct_t *direct = &writer->wire->direct;
+    uint64_t offset                           = writer->tail;
+    uint64_t in_block = offset & (writer->block_size - 1);
+    uint64_t size     = uct_remapring_ring_short_size(length);
+    uint32_t block;
+
+    /* short_end is 0 unless the wire stores directly, the commit is STAMP
+     * and records start on 64 bytes; it is at most inline_max + 1 */
+    if (ucs_unlikely((length >= writer->short_end) ||
+                     (offset + size > writer->limit) ||
+                     (in_block + size > writer->block_size))) {
+        return NULL;
+    }
+
+    /* the limit was load-acquired after the slot's entry was stored */
+    block = __atomic_load_n(
+            &direct->slot_table[(offset & (writer->window_size - 1)) >>
+                                direct->block_shift],
+            __ATOMIC_RELAXED);
+    if (ucs_unlikely(block >= direct->file_blocks)) {
+        return NULL; /* the pool grew, or a bad entry: the wire looks */
+    }
+
+    return direct->base + ((size_t)block << direct->block_shift) + in_block;
+}
+
+
+/**
+ * Commit the record at @a rec (from uct_remapring_ring_writer_short_begin()
+ * with the same @a length), whose payload is stored: the rest of its
+ * header, then its stamp with release; writer side.
+ */
+static UCS_F_ALWAYS_INLINE void
+uct_remapring_ring_writer_short_commit(uct_remapring_ring_writer_t *writer,
+                                       char *rec, uint8_t am_id, size_t length)
+{
+    uct_remapring_ring_hdr_t hdr;
+
+    hdr.stamp    = writer->tail ^ writer->nonce;
+    hdr.length   = length;
+    hdr.type     = UCT_REMAPRING_RING_REC_DATA;
+    hdr.am_id    = am_id;
+    hdr.flags    = 0;
+    hdr.reserved = 0;
+    memcpy(rec + sizeof(hdr.stamp), (const char *)&hdr + sizeof(hdr.stamp),
+           sizeof(hdr) - sizeof(hdr.stamp));
+    __atomic_store_n((uint64_t *)rec, hdr.stamp, __ATOMIC_RELEASE);
+
+    writer->tail += uct_remapring_ring_short_size(length);
+    writer->stats.nrecords++;
+}
 
 
 /**

@@ -25,6 +25,11 @@
  *   write below it. stalled: the writer found too little below it, which
  *   the reader takes as a request for a larger grant.
  *
+ * A wire that stores into the reader's blocks mapped in the writer (shm)
+ * also shows them (direct), so that the writer stores a short record
+ * itself, without a call through ops; it stores the same bytes in the same
+ * order as write, the stamp last with release.
+ *
  * A wire is used by one writer thread at a time.
  */
 
@@ -84,12 +89,32 @@ typedef struct uct_remapring_wire_ops {
 
 
 /**
+ * The reader's blocks as a wire that stores into them sees them: block b is
+ * at base + (b << block_shift), the block under slot s is slot_table[s]
+ * (the reader writes it, the writer loads it relaxed: a slot is credited
+ * with release after its entry changed), and blocks below file_blocks are
+ * in the reader's memfd. The writer's short path
+ * (uct_remapring_ring_writer_short_begin) stores there itself; a block at
+ * or past file_blocks sends it the general way (write), which looks again.
+ */
+typedef struct uct_remapring_wire_direct {
+    char *base; /* NULL: the wire has no direct stores */
+    const uint32_t *slot_table;
+    uint32_t file_blocks;
+    unsigned block_shift;
+} uct_remapring_wire_direct_t;
+
+
+/**
  * Wire base; concrete wires embed it first.
  */
 struct uct_remapring_wire {
     const uct_remapring_wire_ops_t *ops;
     size_t window_size; /* W, a power of two */
     int can_stamp; /* stores in order: STAMP commit works */
+    uct_remapring_wire_direct_t direct; /* base NULL unless the writer
+                                           stores into the reader's blocks
+                                           itself (shm) */
 };
 
 

@@ -36,14 +36,13 @@
  * raise SIGBUS in the writer.
  */
 typedef struct uct_remapring_wire_shm {
-    uct_remapring_wire_t     super;
-    char                     *pool;        /* reader's pool, mapped here */
+    uct_remapring_wire_t super; /* super.direct: the reader's
+                                              pool mapped here, its slot
+                                              table, the memfd's blocks
+                                              last seen, log2(B) */
     size_t                   pool_size;    /* pool_blocks << block_shift */
-    uint32_t                 pool_blocks;  /* entries must be below this */
-    uint32_t                 file_blocks;  /* blocks of the memfd, last seen */
-    int                      pool_fd;      /* our copy of the reader's fd */
-    unsigned                 block_shift;  /* log2(B) */
-    const uint32_t           *slot_table;  /* nslots words, reader writes */
+    uint32_t pool_blocks; /* entries must be below this */
+    int pool_fd; /* our copy of the reader's fd */
     uct_remapring_ring_ctl_t *ctl;         /* shared control words */
 } uct_remapring_wire_shm_t;
 
@@ -52,15 +51,16 @@ typedef struct uct_remapring_wire_shm {
 static UCS_F_NOINLINE int
 uct_remapring_wire_shm_grown_to(uct_remapring_wire_shm_t *shm, uint32_t block)
 {
+    uct_remapring_wire_direct_t *direct = &shm->super.direct;
     struct stat st;
 
     if ((block >= shm->pool_blocks) || (fstat(shm->pool_fd, &st) != 0)) {
         return 0;
     }
 
-    shm->file_blocks = ucs_min(st.st_size >> shm->block_shift,
-                               shm->pool_blocks);
-    return block < shm->file_blocks;
+    direct->file_blocks = ucs_min(st.st_size >> direct->block_shift,
+                                  shm->pool_blocks);
+    return block < direct->file_blocks;
 }
 
 static ucs_status_t
@@ -68,29 +68,31 @@ uct_remapring_wire_shm_write(uct_remapring_wire_t *wire,
                              const uct_remapring_wire_seg_t *segs,
                              unsigned nsegs)
 {
-    uct_remapring_wire_shm_t *shm = (uct_remapring_wire_shm_t*)wire;
-    size_t block_mask             = UCS_MASK(shm->block_shift);
+    uct_remapring_wire_shm_t *shm = (uct_remapring_wire_shm_t *)wire;
+    const uct_remapring_wire_direct_t *direct = &wire->direct;
+    size_t block_mask                         = UCS_MASK(direct->block_shift);
     size_t pos, in_block;
     uint32_t block;
     unsigned i;
 
     for (i = 0; i < nsegs; ++i) {
         pos      = uct_remapring_wire_view_pos(wire, segs[i].offset);
-        block    = __atomic_load_n(&shm->slot_table[pos >> shm->block_shift],
-                                   __ATOMIC_RELAXED);
+        block = __atomic_load_n(&direct->slot_table[pos >> direct->block_shift],
+                                __ATOMIC_RELAXED);
         in_block = pos & block_mask;
-        if (ucs_unlikely(((block >= shm->file_blocks) &&
+        if (ucs_unlikely(((block >= direct->file_blocks) &&
                           !uct_remapring_wire_shm_grown_to(shm, block)) ||
                          (in_block + segs[i].length > block_mask + 1))) {
             ucs_error("shm wire %p: slot %zu names block %u (the pool has"
                       " %u) for %u bytes at %zu: not in the pool",
-                      shm, pos >> shm->block_shift, block, shm->file_blocks,
-                      segs[i].length, in_block);
+                      shm, pos >> direct->block_shift, block,
+                      direct->file_blocks, segs[i].length, in_block);
             return UCS_ERR_INVALID_ADDR;
         }
 
-        uct_remapring_wire_copy_seg(shm->pool +
-                                            ((size_t)block << shm->block_shift) +
+        uct_remapring_wire_copy_seg(direct->base +
+                                            ((size_t)block
+                                             << direct->block_shift) +
                                             in_block,
                                     &segs[i]);
     }
@@ -133,7 +135,7 @@ static void uct_remapring_wire_shm_destroy(uct_remapring_wire_t *wire)
 {
     uct_remapring_wire_shm_t *shm = (uct_remapring_wire_shm_t*)wire;
 
-    munmap(shm->pool, shm->pool_size);
+    munmap(shm->super.direct.base, shm->pool_size);
     close(shm->pool_fd);
     free(shm);
 }
@@ -185,19 +187,19 @@ ucs_status_t uct_remapring_wire_shm_create(int pool_fd, size_t block_size,
         return UCS_ERR_IO_ERROR;
     }
 
-    shm->super.ops         = &uct_remapring_wire_shm_ops;
-    shm->super.window_size = window_size;
-    shm->super.can_stamp   = 1;
-    shm->block_shift       = ucs_ilog2(block_size);
-    shm->pool_blocks       = pool_blocks;
-    shm->pool_size         = (size_t)pool_blocks << shm->block_shift;
-    shm->file_blocks       = ucs_min(file_size >> shm->block_shift,
-                                     pool_blocks);
-    shm->slot_table        = slot_table;
+    shm->super.ops                = &uct_remapring_wire_shm_ops;
+    shm->super.window_size        = window_size;
+    shm->super.can_stamp          = 1;
+    shm->super.direct.block_shift = ucs_ilog2(block_size);
+    shm->super.direct.file_blocks = ucs_min(file_size >> ucs_ilog2(block_size),
+                                            pool_blocks);
+    shm->super.direct.slot_table  = slot_table;
+    shm->pool_blocks              = pool_blocks;
+    shm->pool_size         = (size_t)pool_blocks << ucs_ilog2(block_size);
     shm->ctl               = ctl;
-    shm->pool              = mmap(NULL, shm->pool_size, PROT_READ | PROT_WRITE,
+    shm->super.direct.base = mmap(NULL, shm->pool_size, PROT_READ | PROT_WRITE,
                                   MAP_SHARED | MAP_NORESERVE, pool_fd, 0);
-    if (shm->pool == MAP_FAILED) {
+    if (shm->super.direct.base == MAP_FAILED) {
         ucs_error("shm wire: mmap(pool fd %d, %zu) failed: %m", pool_fd,
                   shm->pool_size);
         close(shm->pool_fd);
@@ -206,7 +208,7 @@ ucs_status_t uct_remapring_wire_shm_create(int pool_fd, size_t block_size,
     }
 
     *wire_p = &shm->super;
-    ucs_debug("shm wire %p pool %p size %zu window %zu", shm, shm->pool,
-              shm->pool_size, window_size);
+    ucs_debug("shm wire %p pool %p size %zu window %zu", shm,
+              shm->super.direct.base, shm->pool_size, window_size);
     return UCS_OK;
 }
