@@ -45,9 +45,11 @@ Transports, two processes on this host each time, in turn in each run:
   posix+cma       no module, UCX_TLS=posix,cma,self (UCT: posix for active
                   messages, cma for put and get)
 Parts:
-  perftest  contrib/bench/perftest_compare.sh: UCT am_lat, am_bw short,
-            bcopy and zcopy, put_bw, get; UCP tag_lat, tag_bw, ucp_am_bw,
-            stream_bw (its -h says which sizes each test takes)
+  perftest  contrib/bench/perftest_compare.sh -i: UCT am_lat, am_bw
+            short, bcopy and zcopy, put_bw, get; UCP tag_lat, tag_bw,
+            ucp_am_bw, stream_bw (its -h says which sizes each test takes),
+            each test by itself, the transports in turn, so that the two
+            sides of a ratio are measured seconds apart
   mpi       test/apps/mpi_bench.c, built with mpicc.openmpi and mpicc.mpich:
             latency, bandwidth, bidirectional bandwidth, message rate (up to
             4 KiB), allreduce; under Open MPI (mpirun.openmpi --mca pml ucx
@@ -190,7 +192,7 @@ with_transport() {
 # --- ucx_perftest -------------------------------------------------------------
 if [[ ,$parts, == *,perftest,* ]]; then
     progress "ucx_perftest, $reps runs over ${transports[*]}"
-    "$here/perftest_compare.sh" -m "$module" -s "$sizes" -n "$small" \
+    "$here/perftest_compare.sh" -i -m "$module" -s "$sizes" -n "$small" \
         -N "$large" -r "$reps" -w "$wires" ${tests:+-t "$tests"} -o "$raw"
 fi
 

@@ -29,6 +29,13 @@ usage: $0 [options]
               transport,run,value; the header if FILE is empty) and print
               no table (bench.sh's mode)
   -m PATH     the module (default \$REMAPRING_MODULE, else pkg-config's)
+  -i          interleave: each test by itself, the transports in turn, a
+              run at a time, instead of each transport's tests in one batch
+              (slower: an ucx_perftest pair per test). On a machine whose
+              cores drift between a far and a close pairing (a cache line
+              between them slow or cheap: contrib/bench/c2c.c), both sides
+              of each ratio are then measured seconds apart, not a batch
+              apart
   -q          no progress line
   -h          this help
 
@@ -70,8 +77,9 @@ tests+=,uct_get,ucp_tag_lat,ucp_tag_bw,ucp_am_bw,ucp_stream_bw
 csv_out=
 raw_out=
 progress=yes
+interleave=no
 module=${REMAPRING_MODULE:-$(pkg-config --variable=module remapring 2>/dev/null)}
-while getopts "s:n:N:r:w:t:c:o:m:qh" o; do
+while getopts "s:n:N:r:w:t:c:o:m:iqh" o; do
     case $o in
     s) sizes=$OPTARG ;;
     n) small=$OPTARG ;;
@@ -82,6 +90,7 @@ while getopts "s:n:N:r:w:t:c:o:m:qh" o; do
     c) csv_out=$OPTARG ;;
     o) raw_out=$OPTARG ;;
     m) module=$OPTARG ;;
+    i) interleave=yes ;;
     q) progress=no ;;
     h) usage; exit 0 ;;
     *) usage >&2; exit 2 ;;
@@ -189,20 +198,27 @@ batch() {
     done
 }
 
-# measure TRANSPORT RUN: one ucx_perftest pair running the transport's batch;
-# appends a row per figure to $raw ("fail" for a test that gave no Final
-# line: the batch stops at the first test that fails)
+# measure TRANSPORT RUN [LINE]: one ucx_perftest pair running the
+# transport's batch, or only its line LINE (tN); appends a row per figure to
+# $raw ("fail" for a test that gave no Final line: the batch stops at the
+# first test that fails)
 measure() {
-    local tr=$1 run=$2 wire= tls=posix,cma,self load=no
+    local tr=$1 run=$2 line=${3:-} wire= tls=posix,cma,self load=no
+    local b=$tmp/batch.$tr i=$tmp/index.$tr
     if [[ $tr == remapring-* ]]; then
         wire=${tr#remapring-} tls=remapring,self load=yes
     fi
+    if [ -n "$line" ]; then
+        grep "^$line " "$b" > "$tmp/batch.one"
+        grep "^$line " "$i" > "$tmp/index.one"
+        b=$tmp/batch.one i=$tmp/index.one
+    fi
     UCX_TLS=$tls UCX_REMAPRING_WIRE=${wire:-shm} PERFTEST_TIMEOUT=600 \
-        perftest_pair "$tmp/run" "$load" -b "$tmp/batch.$tr" 2>/dev/null
+        perftest_pair "$tmp/run" "$load" -b "$b" 2>/dev/null
     # Final: iterations, lat 50%ile, avg, overall; bw avg, overall;
     # rate avg, overall. ucx_perftest writes the batch line's name into the
     # table border above the test's figures.
-    awk -v idx="$tmp/index.$tr" -v tr="$tr" -v run="$run" '
+    awk -v idx="$i" -v tr="$tr" -v run="$run" '
         BEGIN {
             while ((getline l < idx) > 0) {
                 k = substr(l, 1, index(l, " ") - 1)
@@ -238,15 +254,35 @@ for tr in "${transports[@]}"; do
     batch "$tr"
 done
 ntests=$(cat "$tmp"/index.* | wc -l)
-for ((r = 1; r <= reps; r++)); do
-    for tr in "${transports[@]}"; do
+if [ $interleave = yes ]; then
+    # the lines of the first transport's batch; a test another transport
+    # has no line for (am_bw zcopy on posix) is measured without it
+    lines=$(cut -d' ' -f1 "$tmp/index.${transports[0]}")
+    for line in $lines; do
+        key=$(grep "^$line " "$tmp/index.${transports[0]}" | cut -d' ' -f2-)
         [ $progress = yes ] &&
-            printf "perftest_compare: run %d/%d, %s (%d tests), %d s\n" \
-                   "$r" "$reps" "$tr" "$(wc -l < "$tmp/index.$tr")" \
-                   $((SECONDS - start)) >&2
-        measure "$tr" "$r"
+            printf "perftest_compare: %s, %d runs, %d s\n" "${key//|/ }" \
+                   "$reps" $((SECONDS - start)) >&2
+        for ((r = 1; r <= reps; r++)); do
+            for tr in "${transports[@]}"; do
+                l=$(awk -v k="$key" '{ i = index($0, " ")
+                        if (substr($0, i + 1) == k) print substr($0, 1, i - 1)
+                    }' "$tmp/index.$tr")
+                [ -z "$l" ] || measure "$tr" "$r" "$l"
+            done
+        done
     done
-done
+else
+    for ((r = 1; r <= reps; r++)); do
+        for tr in "${transports[@]}"; do
+            [ $progress = yes ] &&
+                printf "perftest_compare: run %d/%d, %s (%d tests), %d s\n" \
+                       "$r" "$reps" "$tr" "$(wc -l < "$tmp/index.$tr")" \
+                       $((SECONDS - start)) >&2
+            measure "$tr" "$r"
+        done
+    done
+fi
 [ $progress = yes ] &&
     echo "perftest_compare: $ntests tests x $reps runs in" \
          "$((SECONDS - start)) s" >&2
