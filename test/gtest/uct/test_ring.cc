@@ -191,33 +191,33 @@ protected:
         return status;
     }
 
-    /* send(), the short way when it takes the record (an 8-byte header
-     * and the rest, as am_short sends them; @a length >= 8): true if it
-     * did. m_short_misses counts records it left to the general path. */
-    ucs_status_t send_short(size_t length, bool *short_p = NULL)
+    /* send(), the direct way when it takes the record (an 8-byte header
+     * and the rest, as am_short sends them; @a length >= 8), *direct_p
+     * true if it did. m_direct_misses counts records it left to the
+     * general path. */
+    ucs_status_t send_direct(size_t length, bool *direct_p = NULL)
     {
         std::vector<uint8_t> buf(length);
+        uct_remapring_ring_direct_t d;
         uint64_t header;
-        char *rec;
+        bool direct;
 
         fill_payload(buf.data(), length, m_send_seq);
         memcpy(&header, buf.data(), sizeof(header));
-        rec = uct_remapring_ring_writer_short_begin(&m_writer, length);
-        if (short_p != NULL) {
-            *short_p = (rec != NULL);
+        direct = uct_remapring_ring_writer_direct_begin(&m_writer, length, &d);
+        if (direct_p != NULL) {
+            *direct_p = direct;
         }
-        if (rec == NULL) {
-            ++m_short_misses;
+        if (!direct) {
+            ++m_direct_misses;
             return send(length);
         }
 
-        rec += sizeof(uct_remapring_ring_hdr_t);
-        memcpy(rec, &header, sizeof(header));
-        memcpy(rec + sizeof(header), buf.data() + sizeof(header),
+        memcpy(d.payload, &header, sizeof(header));
+        memcpy(d.payload + sizeof(header), buf.data() + sizeof(header),
                length - sizeof(header));
-        uct_remapring_ring_writer_short_commit(
-                &m_writer, rec - sizeof(uct_remapring_ring_hdr_t),
-                (uint8_t)m_send_seq, length);
+        uct_remapring_ring_writer_direct_commit(&m_writer, &d,
+                                                (uint8_t)m_send_seq, length);
         m_sent_len.push_back((uint32_t)length);
         ++m_send_seq;
         return UCS_OK;
@@ -337,9 +337,9 @@ protected:
     uct_remapring_wire_t *m_wire    = NULL;
     std::vector<uint32_t> m_shared_slots;
     uct_remapring_ring_writer_t m_writer;
-    uint64_t m_send_seq     = 0;
-    uint64_t m_recv_seq     = 0;
-    uint64_t m_short_misses = 0;
+    uint64_t m_send_seq      = 0;
+    uint64_t m_recv_seq      = 0;
+    uint64_t m_direct_misses = 0;
     std::deque<uint32_t> m_sent_len;
     std::vector<held_rec> m_held;
     std::mt19937_64 m_rng{12345};
@@ -698,41 +698,48 @@ TEST_F(test_ring, shm_wire_bad_table_entry)
     EXPECT_EQ(UCS_ERR_INVALID_ADDR, status);
 }
 
-/* The writer's short path: a wire without direct stores (local) or a TAIL
- * commit never takes it. On the shm wire with STAMP it takes every inline
- * record that has credit and room in its slot, and leaves the rest, the
- * record that must pad to the next slot and the one whose block is past
- * the pool the wire last saw, to the general path; the reader sees the same
- * records either way (it polls them the short way too). */
-TEST_F(test_ring, short_path)
+/* The writer's direct path: a wire without direct stores (local) or a TAIL
+ * commit never takes it. On the shm wire with STAMP it takes every record,
+ * inline or not, that has credit and room in its slot, and leaves the
+ * rest, the record that must pad to the next slot and the one whose block
+ * is past the pool the wire last saw, to the general path; the reader sees
+ * the same records either way (it polls them inline too), and held ones
+ * keep their bytes. */
+TEST_F(test_ring, direct_path)
 {
     config cfg;
     cfg.commit     = UCT_REMAPRING_RING_COMMIT_STAMP;
     cfg.inline_max = 256;
     init(cfg);
-    EXPECT_EQ(NULL, uct_remapring_ring_writer_short_begin(&m_writer, 8))
+    uct_remapring_ring_direct_t d;
+    EXPECT_FALSE(uct_remapring_ring_writer_direct_begin(&m_writer, 8, &d))
             << "the local wire has no direct stores";
 
     cfg.shm         = true;
     cfg.init_blocks = 2; /* the pool grows under the writer */
     cfg.max_blocks  = 64;
     init(cfg);
-    EXPECT_EQ(NULL, uct_remapring_ring_writer_short_begin(&m_writer, 257))
-            << "a payload past inline_max went the short way";
+    EXPECT_FALSE(uct_remapring_ring_writer_direct_begin(&m_writer,
+                                                        capacity() + 1, &d))
+            << "a payload past the largest went the direct way";
 
+    /* mostly inline records, some descriptor records up to a quarter of a
+     * slot */
     std::uniform_int_distribution<size_t> size_dist(8, 256);
+    std::uniform_int_distribution<size_t> large_dist(257, capacity() / 4);
     uint32_t file_blocks = m_wire->direct.file_blocks;
-    uint64_t nshort      = 0;
-    bool is_short;
+    uint64_t ndirect     = 0;
+    bool is_direct;
     for (unsigned n = 0; n < 20000; ++n) {
-        while (send_short(size_dist(m_rng), &is_short) == UCS_ERR_NO_RESOURCE) {
+        size_t length = (n % 8 == 0) ? large_dist(m_rng) : size_dist(m_rng);
+        while (send_direct(length, &is_direct) == UCS_ERR_NO_RESOURCE) {
             /* hold some, so that held blocks move under the slots */
             drain([](uint64_t seq) { return (seq % 97) == 0; });
             while (m_held.size() > 8) {
                 release(0);
             }
         }
-        nshort += is_short;
+        ndirect += is_direct;
     }
     drain();
     EXPECT_EQ(m_send_seq, m_recv_seq);
@@ -742,16 +749,16 @@ TEST_F(test_ring, short_path)
     EXPECT_GT(m_wire->direct.file_blocks, file_blocks)
             << "no record found its block past the pool the wire saw";
     /* every record that pads, or finds no credit, takes the general path */
-    EXPECT_GT(nshort, 15000u);
-    EXPECT_GE(m_short_misses, ring_stats().npads);
-    printf("[          ] %lu records the short way, %lu not (%lu pads)\n",
-           nshort, m_short_misses, ring_stats().npads);
+    EXPECT_GT(ndirect, 15000u);
+    EXPECT_GE(m_direct_misses, ring_stats().npads);
+    printf("[          ] %lu records the direct way, %lu not (%lu pads)\n",
+           ndirect, m_direct_misses, ring_stats().npads);
     release_all_shuffled();
 
     /* TAIL commit: never */
     cfg.commit = UCT_REMAPRING_RING_COMMIT_TAIL;
     init(cfg);
-    EXPECT_EQ(NULL, uct_remapring_ring_writer_short_begin(&m_writer, 8));
+    EXPECT_FALSE(uct_remapring_ring_writer_direct_begin(&m_writer, 8, &d));
 }
 
 TEST_F(test_ring, hold_across_many_laps)
@@ -1945,13 +1952,12 @@ TEST_P(test_ring_threads, two_threads)
                 fresh = false;
             }
             struct iovec iov = {buf.data(), length};
-            char *rec = uct_remapring_ring_writer_short_begin(writer, length);
-            if (rec != NULL) {
-                /* the short way (shm wire), as am_short takes it */
-                memcpy(rec + sizeof(uct_remapring_ring_hdr_t), buf.data(),
-                       length);
-                uct_remapring_ring_writer_short_commit(writer, rec,
-                                                       (uint8_t)seq, length);
+            uct_remapring_ring_direct_t d;
+            if (uct_remapring_ring_writer_direct_begin(writer, length, &d)) {
+                /* the direct way (shm wire), as the AM sends take it */
+                memcpy(d.payload, buf.data(), length);
+                uct_remapring_ring_writer_direct_commit(writer, &d,
+                                                        (uint8_t)seq, length);
                 ++seq;
                 fresh = true;
                 nsent.store(seq, std::memory_order_relaxed);

@@ -795,20 +795,6 @@ uct_remapring_ep_send_ready(uct_remapring_ep_t *ep, uint8_t id,
     return status;
 }
 
-static UCS_F_ALWAYS_INLINE ucs_status_t
-uct_remapring_ep_send(uct_remapring_iface_t *iface, uct_remapring_ep_t *ep,
-                      uint8_t id, const struct iovec *iov, size_t iovcnt)
-{
-    ucs_status_t status;
-
-    status = uct_remapring_ep_ready(iface, ep);
-    if (ucs_unlikely(status != UCS_OK)) {
-        return uct_remapring_ep_send_early(iface, ep, status, id, iov, iovcnt);
-    }
-
-    return uct_remapring_ep_send_ready(ep, id, iov, iovcnt);
-}
-
 /* Flatten a UCT iov (count/stride unsupported beyond one element) */
 static UCS_F_ALWAYS_INLINE ucs_status_t
 uct_remapring_ep_iov(const uct_iov_t *iov, size_t iovcnt, struct iovec *out,
@@ -832,17 +818,38 @@ uct_remapring_ep_iov(const uct_iov_t *iov, size_t iovcnt, struct iovec *out,
     return UCS_OK;
 }
 
-/* Commit a record of the short path whose payload is stored at @a payload,
- * and ring the bell: a wire with direct stores (shm) has a doorbell of its
- * own */
+/* Commit the record of the direct path @a d, whose payload is stored, and
+ * ring the bell: a wire with direct stores (shm) has a doorbell of its own */
 static UCS_F_ALWAYS_INLINE void
-uct_remapring_ep_short_commit(uct_remapring_ep_t *ep, char *payload, uint8_t id,
-                              size_t length)
+uct_remapring_ep_direct_commit(uct_remapring_ep_t *ep,
+                               const uct_remapring_ring_direct_t *d, uint8_t id,
+                               size_t length)
 {
-    uct_remapring_ring_writer_short_commit(
-            &ep->peer->writer, payload - sizeof(uct_remapring_ring_hdr_t), id,
-            length);
+    uct_remapring_ring_writer_direct_commit(&ep->peer->writer, d, id, length);
     uct_remapring_remote_ring_bell(&ep->peer->remote);
+}
+
+/* Send @a iovcnt pieces of @a length bytes in all on a ready endpoint
+ * (uct_remapring_ep_ready() returned UCS_OK): the direct way if the record
+ * goes that way, else the general way */
+static UCS_F_ALWAYS_INLINE ucs_status_t uct_remapring_ep_send_iov_ready(
+        uct_remapring_ep_t *ep, uint8_t id, const struct iovec *iov,
+        size_t iovcnt, size_t length)
+{
+    uct_remapring_ring_direct_t d;
+    size_t i, pos;
+
+    if (ucs_unlikely(!uct_remapring_ring_writer_direct_begin(&ep->peer->writer,
+                                                             length, &d))) {
+        return uct_remapring_ep_send_ready(ep, id, iov, iovcnt);
+    }
+
+    for (i = 0, pos = 0; i < iovcnt; ++i) {
+        memcpy(d.payload + pos, iov[i].iov_base, iov[i].iov_len);
+        pos += iov[i].iov_len;
+    }
+    uct_remapring_ep_direct_commit(ep, &d, id, length);
+    return UCS_OK;
 }
 
 ucs_status_t uct_remapring_ep_am_short(uct_ep_h tl_ep, uint8_t id,
@@ -856,7 +863,7 @@ ucs_status_t uct_remapring_ep_am_short(uct_ep_h tl_ep, uint8_t id,
         {.iov_base = (void*)payload, .iov_len = length}
     };
     ucs_status_t status;
-    char *rec;
+    uct_remapring_ring_direct_t d;
 
     UCT_CHECK_AM_ID(id);
     UCT_CHECK_LENGTH(sizeof(header) + length, 0, iface->tx.max_short,
@@ -864,13 +871,11 @@ ucs_status_t uct_remapring_ep_am_short(uct_ep_h tl_ep, uint8_t id,
     status = uct_remapring_ep_ready(iface, ep);
     if (ucs_unlikely(status != UCS_OK)) {
         status = uct_remapring_ep_send_early(iface, ep, status, id, iov, 2);
-    } else if (ucs_likely((rec = uct_remapring_ring_writer_short_begin(
-                                   &ep->peer->writer,
-                                   sizeof(header) + length)) != NULL)) {
-        rec += sizeof(uct_remapring_ring_hdr_t);
-        memcpy(rec, &header, sizeof(header));
-        memcpy(rec + sizeof(header), payload, length);
-        uct_remapring_ep_short_commit(ep, rec, id, sizeof(header) + length);
+    } else if (ucs_likely(uct_remapring_ring_writer_direct_begin(
+                       &ep->peer->writer, sizeof(header) + length, &d))) {
+        memcpy(d.payload, &header, sizeof(header));
+        memcpy(d.payload + sizeof(header), payload, length);
+        uct_remapring_ep_direct_commit(ep, &d, id, sizeof(header) + length);
     } else {
         status = uct_remapring_ep_send_ready(ep, id, iov, 2);
     }
@@ -891,9 +896,8 @@ ucs_status_t uct_remapring_ep_am_short_iov(uct_ep_h tl_ep, uint8_t id,
     uct_remapring_ep_t *ep       = ucs_derived_of(tl_ep, uct_remapring_ep_t);
     uct_remapring_iface_t *iface = uct_remapring_ep_iface(ep);
     struct iovec vec[UCT_REMAPRING_MAX_IOV];
-    size_t length, i, pos;
     ucs_status_t status;
-    char *rec;
+    size_t length;
 
     UCT_CHECK_AM_ID(id);
     UCT_CHECK_IOV_SIZE(iovcnt, UCT_REMAPRING_MAX_IOV,
@@ -908,16 +912,8 @@ ucs_status_t uct_remapring_ep_am_short_iov(uct_ep_h tl_ep, uint8_t id,
     if (ucs_unlikely(status != UCS_OK)) {
         status = uct_remapring_ep_send_early(iface, ep, status, id, vec,
                                              iovcnt);
-    } else if (ucs_likely((rec = uct_remapring_ring_writer_short_begin(
-                                   &ep->peer->writer, length)) != NULL)) {
-        rec += sizeof(uct_remapring_ring_hdr_t);
-        for (i = 0, pos = 0; i < iovcnt; ++i) {
-            memcpy(rec + pos, vec[i].iov_base, vec[i].iov_len);
-            pos += vec[i].iov_len;
-        }
-        uct_remapring_ep_short_commit(ep, rec, id, length);
     } else {
-        status = uct_remapring_ep_send_ready(ep, id, vec, iovcnt);
+        status = uct_remapring_ep_send_iov_ready(ep, id, vec, iovcnt, length);
     }
 
     if (ucs_likely(status == UCS_OK)) {
@@ -966,7 +962,7 @@ ssize_t uct_remapring_ep_am_bcopy(uct_ep_h tl_ep, uint8_t id,
     iov.iov_len  = pack_cb(iface->tx.bounce, arg);
     UCT_CHECK_LENGTH(iov.iov_len, 0, iface->tx.max_bcopy, "am_bcopy");
 
-    status = uct_remapring_ep_send(iface, ep, id, &iov, 1);
+    status = uct_remapring_ep_send_iov_ready(ep, id, &iov, 1, iov.iov_len);
     if (ucs_unlikely(status != UCS_OK)) {
         return status;
     }
@@ -1005,7 +1001,14 @@ ucs_status_t uct_remapring_ep_am_zcopy(uct_ep_h tl_ep, uint8_t id,
 
     UCT_CHECK_LENGTH(length, 0, iface->tx.max_bcopy - UCT_REMAPRING_AM_MAX_HDR,
                      "am_zcopy");
-    status = uct_remapring_ep_send(iface, ep, id, vec, iovcnt + 1);
+    status = uct_remapring_ep_ready(iface, ep);
+    if (ucs_unlikely(status != UCS_OK)) {
+        status = uct_remapring_ep_send_early(iface, ep, status, id, vec,
+                                             iovcnt + 1);
+    } else {
+        status = uct_remapring_ep_send_iov_ready(ep, id, vec, iovcnt + 1,
+                                                 header_length + length);
+    }
     if (ucs_likely(status == UCS_OK)) {
         UCT_TL_EP_STAT_OP(&ep->super, AM, ZCOPY, header_length + length);
         uct_iface_trace_am(&iface->super, UCT_AM_TRACE_TYPE_SEND, id, header,

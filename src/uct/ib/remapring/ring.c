@@ -793,7 +793,6 @@ uct_remapring_ring_writer_init(uct_remapring_ring_writer_t *writer,
                                uct_remapring_wire_t *wire)
 {
     size_t window_size = (size_t)info->block_size * info->nslots;
-    int direct;
 
     uct_remapring_ring_layout_t layout = {
         .reserve      = info->reserve,
@@ -831,12 +830,10 @@ uct_remapring_ring_writer_init(uct_remapring_ring_writer_t *writer,
     writer->commit      = (uct_remapring_ring_commit_t)info->commit;
     writer->max_payload = uct_remapring_ring_max_payload(info->block_size,
                                                          &layout);
-    /* the short path stores straight into the reader's block, the stamp
-     * last, and takes 64-byte aligned inline records only */
-    direct = (wire->direct.base != NULL) &&
-             (writer->commit == UCT_REMAPRING_RING_COMMIT_STAMP) &&
-             (layout.rec_align == UCT_REMAPRING_RING_ALIGN);
-    writer->short_end   = direct ? (layout.inline_max + 1) : 0;
+    /* the direct path stores straight into the reader's block, the stamp
+     * last */
+    writer->direct = (wire->direct.base != NULL) &&
+                     (writer->commit == UCT_REMAPRING_RING_COMMIT_STAMP);
     writer->limit       = uct_remapring_wire_limit(wire);
     return UCS_OK;
 }

@@ -45,8 +45,8 @@
  *          earlier lap cannot match (its offset differs), nor bytes the upper
  *          layer wrote over a consumed header (the nonce is random).
  *          A writer whose wire stores into the reader's blocks itself
- *          (shm) writes a small inline record the short way
- *          (uct_remapring_ring_writer_short_begin and _commit): the same
+ *          (shm) writes a record that fits in its slot the direct way
+ *          (uct_remapring_ring_writer_direct_begin and _commit): the same
  *          stores in the same order, the stamp last with release, without
  *          a call.
  *   TAIL   the bytes of one write may land in any order (process_vm_writev,
@@ -342,6 +342,29 @@ uct_remapring_ring_record_size(const uct_remapring_ring_layout_t *layout,
 
 
 /**
+ * Both of the above at once: the record's size, and in *@a payload_off_p
+ * where its payload starts from the record's start. Either side.
+ */
+static UCS_F_ALWAYS_INLINE uint64_t uct_remapring_ring_record_geometry(
+        const uct_remapring_ring_layout_t *layout, uint64_t offset,
+        uint64_t length, uint64_t *payload_off_p)
+{
+    uint64_t payload_off;
+
+    if (ucs_likely(uct_remapring_ring_is_inline(layout, length))) {
+        payload_off = sizeof(uct_remapring_ring_hdr_t);
+    } else {
+        payload_off = uct_remapring_ring_payload_pos(layout, offset, length) -
+                      offset;
+    }
+
+    *payload_off_p = payload_off;
+    return (payload_off + length + layout->rec_align - 1) &
+           ~(uint64_t)(layout->rec_align - 1);
+}
+
+
+/**
  * Largest payload a ring with this block size and layout carries: what fits
  * in a slot after the longest prefix a descriptor record may have.
  */
@@ -549,8 +572,8 @@ uct_remapring_ring_credit_due(const uct_remapring_ring_t *ring)
  * Call uct_remapring_ring_consume() on the record before polling again.
  * Finding nothing, it publishes the credit not yet published.
  *
- * The common case inline: STAMP commit, an inline DATA record committed at
- * the head, or nothing there and no credit due. The stamp is load-acquired
+ * The common case inline: STAMP commit, a DATA record committed at the
+ * head, or nothing there and no credit due. The stamp is load-acquired
  * before anything else of the record is read, and the length and type are
  * read once and checked as uct_remapring_ring_poll_slow() checks them;
  * anything else goes there.
@@ -563,8 +586,8 @@ static UCS_F_ALWAYS_INLINE ucs_status_t
 uct_remapring_ring_poll(uct_remapring_ring_t *ring, uct_remapring_ring_rx_t *rx)
 {
     uint64_t head = ring->head;
+    uint64_t size, pos, payload_off;
     uct_remapring_ring_hdr_t hdr;
-    uint64_t size, pos;
     const char *rec;
 
     if (ucs_unlikely((ring->commit != UCT_REMAPRING_RING_COMMIT_STAMP) ||
@@ -584,25 +607,23 @@ uct_remapring_ring_poll(uct_remapring_ring_t *ring, uct_remapring_ring_rx_t *rx)
      * it); the stamp was checked above */
     memcpy((char *)&hdr + sizeof(hdr.stamp), rec + sizeof(hdr.stamp),
            sizeof(hdr) - sizeof(hdr.stamp));
-    if (ucs_unlikely(
-                (hdr.type != UCT_REMAPRING_RING_REC_DATA) ||
-                !uct_remapring_ring_is_inline(&ring->layout, hdr.length))) {
-        return uct_remapring_ring_poll_slow(ring, rx);
+    if (ucs_unlikely(hdr.type != UCT_REMAPRING_RING_REC_DATA)) {
+        return uct_remapring_ring_poll_slow(ring, rx); /* a PAD, or bad */
     }
 
-    size = (sizeof(hdr) + hdr.length + ring->layout.rec_align - 1) &
-           ~(uint64_t)(ring->layout.rec_align - 1);
-    pos = head & (ring->block_size - 1);
+    size = uct_remapring_ring_record_geometry(&ring->layout, head, hdr.length,
+                                              &payload_off);
+    pos  = head & (ring->block_size - 1);
     if (ucs_unlikely((pos + size > ring->block_size) ||
                      (head + size > ring->limit))) {
         return uct_remapring_ring_poll_slow(ring, rx); /* logs it */
     }
 
-    rx->payload   = (void *)(rec + sizeof(hdr));
+    rx->payload   = (void *)(rec + payload_off);
     rx->length    = hdr.length;
     rx->am_id     = hdr.am_id;
     rx->flags     = hdr.flags;
-    rx->is_inline = 1;
+    rx->is_inline = uct_remapring_ring_is_inline(&ring->layout, hdr.length);
     rx->offset    = head;
     rx->next      = head + size;
     return UCS_OK;
@@ -719,8 +740,8 @@ typedef struct uct_remapring_ring_writer {
     uct_remapring_ring_layout_t layout;
     uct_remapring_ring_commit_t commit;
     uint32_t max_payload;
-    uint32_t short_end; /* payloads shorter than it may go the short way;
-                           0: none may */
+    int direct; /* the direct path: the wire stores into the reader's
+                   blocks itself (direct.base), STAMP commit */
     uct_remapring_ring_writer_stats_t stats;
 } uct_remapring_ring_writer_t;
 
@@ -753,48 +774,50 @@ ucs_status_t uct_remapring_ring_writer_send(uct_remapring_ring_writer_t *writer,
                                             size_t iovcnt);
 
 
-/* Bytes an inline record of @a length payload bytes takes, on the short
- * path (records start on 64 bytes) */
-static UCS_F_ALWAYS_INLINE uint64_t uct_remapring_ring_short_size(size_t length)
-{
-    return (sizeof(uct_remapring_ring_hdr_t) + length +
-            UCT_REMAPRING_RING_ALIGN - 1) &
-           ~(uint64_t)(UCT_REMAPRING_RING_ALIGN - 1);
-}
+/**
+ * A record on its way the direct path (uct_remapring_ring_writer_direct_*).
+ */
+typedef struct uct_remapring_ring_direct {
+    char *rec; /* the record, in the reader's block */
+    char *payload; /* its payload: the caller stores it there */
+    uint64_t size; /* bytes it takes in the ring */
+} uct_remapring_ring_direct_t;
 
 
 /**
- * The short path, for an inline record of @a length payload bytes: where
- * the record goes in the reader's block, if it goes the short way. The
- * caller stores the payload at the address returned +
- * sizeof(uct_remapring_ring_hdr_t), then commits it with
- * uct_remapring_ring_writer_short_commit(); nothing else of the ring may
- * happen in between. The short way is straight into the reader's block
- * (the wire's direct stores, STAMP commit), the same bytes in the same
- * order as uct_remapring_ring_writer_send() (see Commit at the top of this
- * file), without a call: only when the record is inline, credit is in hand
- * and the record fits in the rest of its slot; writer side.
+ * The direct path, for a record of @a length payload bytes: where it goes
+ * in the reader's block, if the writer may store it there itself. The
+ * caller stores the payload at @a d->payload, then commits the record with
+ * uct_remapring_ring_writer_direct_commit(); nothing else of the ring may
+ * happen in between. The direct way is straight into the reader's block
+ * (the wire's direct stores, STAMP commit): the same bytes at the same
+ * places in the same order as uct_remapring_ring_writer_send() (see Commit
+ * at the top of this file), without a call; only when credit is in hand and
+ * the record fits in the rest of its slot; writer side.
  *
- * @return the record's address, or NULL if nothing may be written there:
- *         send it with uct_remapring_ring_writer_send(), which reloads the
- *         limit, pads to the next slot, or asks the wire.
+ * @return 1 with @a d filled; 0 if nothing may be written there: send it
+ *         with uct_remapring_ring_writer_send(), which reloads the limit,
+ *         pads to the next slot, or asks the wire.
  */
-static UCS_F_ALWAYS_INLINE char *
-uct_remapring_ring_writer_short_begin(const uct_remapring_ring_writer_t *writer,
-                                      size_t length)
+static UCS_F_ALWAYS_INLINE int uct_remapring_ring_writer_direct_begin(
+        const uct_remapring_ring_writer_t *writer, size_t length,
+        uct_remapring_ring_direct_t *d)
 {
     const uct_remapring_wire_direct_t *direct = &writer->wire->direct;
     uint64_t offset                           = writer->tail;
     uint64_t in_block = offset & (writer->block_size - 1);
-    uint64_t size     = uct_remapring_ring_short_size(length);
+    uint64_t payload_off;
     uint32_t block;
 
-    /* short_end is 0 unless the wire stores directly, the commit is STAMP
-     * and records start on 64 bytes; it is at most inline_max + 1 */
-    if (ucs_unlikely((length >= writer->short_end) ||
-                     (offset + size > writer->limit) ||
-                     (in_block + size > writer->block_size))) {
-        return NULL;
+    if (ucs_unlikely(!writer->direct || (length > writer->max_payload))) {
+        return 0;
+    }
+
+    d->size = uct_remapring_ring_record_geometry(&writer->layout, offset,
+                                                 length, &payload_off);
+    if (ucs_unlikely((offset + d->size > writer->limit) ||
+                     (in_block + d->size > writer->block_size))) {
+        return 0;
     }
 
     /* the limit was load-acquired after the slot's entry was stored */
@@ -803,21 +826,24 @@ uct_remapring_ring_writer_short_begin(const uct_remapring_ring_writer_t *writer,
                                 direct->block_shift],
             __ATOMIC_RELAXED);
     if (ucs_unlikely(block >= direct->file_blocks)) {
-        return NULL; /* the pool grew, or a bad entry: the wire looks */
+        return 0; /* the pool grew, or a bad entry: the wire looks */
     }
 
-    return direct->base + ((size_t)block << direct->block_shift) + in_block;
+    d->rec = direct->base + ((size_t)block << direct->block_shift) + in_block;
+    d->payload = d->rec + payload_off;
+    return 1;
 }
 
 
 /**
- * Commit the record at @a rec (from uct_remapring_ring_writer_short_begin()
+ * Commit the record @a d (from uct_remapring_ring_writer_direct_begin()
  * with the same @a length), whose payload is stored: the rest of its
  * header, then its stamp with release; writer side.
  */
 static UCS_F_ALWAYS_INLINE void
-uct_remapring_ring_writer_short_commit(uct_remapring_ring_writer_t *writer,
-                                       char *rec, uint8_t am_id, size_t length)
+uct_remapring_ring_writer_direct_commit(uct_remapring_ring_writer_t *writer,
+                                        const uct_remapring_ring_direct_t *d,
+                                        uint8_t am_id, size_t length)
 {
     uct_remapring_ring_hdr_t hdr;
 
@@ -827,11 +853,11 @@ uct_remapring_ring_writer_short_commit(uct_remapring_ring_writer_t *writer,
     hdr.am_id    = am_id;
     hdr.flags    = 0;
     hdr.reserved = 0;
-    memcpy(rec + sizeof(hdr.stamp), (const char *)&hdr + sizeof(hdr.stamp),
+    memcpy(d->rec + sizeof(hdr.stamp), (const char *)&hdr + sizeof(hdr.stamp),
            sizeof(hdr) - sizeof(hdr.stamp));
-    __atomic_store_n((uint64_t *)rec, hdr.stamp, __ATOMIC_RELEASE);
+    __atomic_store_n((uint64_t *)d->rec, hdr.stamp, __ATOMIC_RELEASE);
 
-    writer->tail += uct_remapring_ring_short_size(length);
+    writer->tail += d->size;
     writer->stats.nrecords++;
 }
 

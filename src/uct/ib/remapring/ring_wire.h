@@ -26,8 +26,8 @@
  *   the reader takes as a request for a larger grant.
  *
  * A wire that stores into the reader's blocks mapped in the writer (shm)
- * also shows them (direct), so that the writer stores a short record
- * itself, without a call through ops; it stores the same bytes in the same
+ * also shows them (direct), so that the writer stores a record itself,
+ * without a call through ops; it stores the same bytes in the same
  * order as write, the stamp last with release.
  *
  * A wire is used by one writer thread at a time.
@@ -93,8 +93,8 @@ typedef struct uct_remapring_wire_ops {
  * at base + (b << block_shift), the block under slot s is slot_table[s]
  * (the reader writes it, the writer loads it relaxed: a slot is credited
  * with release after its entry changed), and blocks below file_blocks are
- * in the reader's memfd. The writer's short path
- * (uct_remapring_ring_writer_short_begin) stores there itself; a block at
+ * in the reader's memfd. The writer's direct path
+ * (uct_remapring_ring_writer_direct_begin) stores there itself; a block at
  * or past file_blocks sends it the general way (write), which looks again.
  */
 typedef struct uct_remapring_wire_direct {
