@@ -998,17 +998,17 @@ unsigned uct_remapring_iface_rx_ring(uct_remapring_iface_t *iface,
     return count;
 }
 
-/* Deliver up to a burst of records from one connection's ring */
-static unsigned uct_remapring_rx_conn_poll(uct_remapring_iface_t *iface,
-                                           unsigned index)
+/* The rest of uct_remapring_rx_conn_poll(): a failed ring, a closing
+ * connection, and a ring that stayed empty long enough to sleep */
+static UCS_F_NOINLINE unsigned
+uct_remapring_rx_conn_poll_rest(uct_remapring_iface_t *iface,
+                                uct_remapring_rx_conn_t *rx_conn,
+                                unsigned count, int failed)
 {
-    uct_remapring_rx_conn_t *rx_conn = &iface->rx.rx_conns[index];
-    uct_remapring_conn_t *conn       = &iface->rx.ctl.conns[index];
-    uct_remapring_ring_t *ring       = rx_conn->ring;
-    unsigned count;
-    int failed = 0;
+    unsigned index             = rx_conn - iface->rx.rx_conns;
+    uct_remapring_conn_t *conn = &iface->rx.ctl.conns[index];
+    uct_remapring_ring_t *ring = rx_conn->ring;
 
-    count = uct_remapring_iface_rx_ring(iface, ring, &failed);
     if (ucs_unlikely(failed)) {
         uct_remapring_rx_conn_fail(iface, index, NULL); /* logged */
         return count;
@@ -1026,7 +1026,7 @@ static unsigned uct_remapring_rx_conn_poll(uct_remapring_iface_t *iface,
         if (count > 0) {
             rx_conn->idle_polls = 0;
             return count;
-        } else if (++rx_conn->idle_polls < UCT_REMAPRING_RX_ARM_AFTER) {
+        } else if (rx_conn->idle_polls < UCT_REMAPRING_RX_ARM_AFTER) {
             return 0;
         }
     }
@@ -1048,6 +1048,33 @@ static unsigned uct_remapring_rx_conn_poll(uct_remapring_iface_t *iface,
     }
 
     return count;
+}
+
+/* Deliver up to a burst of records from one connection's ring. The common
+ * cases inline: some records, or none and not yet time to sleep, from a
+ * connection that is not closing. */
+static UCS_F_ALWAYS_INLINE unsigned
+uct_remapring_rx_conn_poll(uct_remapring_iface_t *iface,
+                           uct_remapring_rx_conn_t *rx_conn)
+{
+    int failed = 0;
+    unsigned count;
+
+    count = uct_remapring_iface_rx_ring(iface, rx_conn->ring, &failed);
+    if (ucs_likely(
+                !failed && (count < UCT_REMAPRING_RX_BURST) &&
+                (uct_remapring_conn_state(
+                         &iface->rx.ctl.conns[rx_conn - iface->rx.rx_conns]) !=
+                 UCT_REMAPRING_CONN_CLOSED))) {
+        if (count > 0) {
+            rx_conn->idle_polls = 0;
+            return count;
+        } else if (++rx_conn->idle_polls < UCT_REMAPRING_RX_ARM_AFTER) {
+            return 0;
+        }
+    }
+
+    return uct_remapring_rx_conn_poll_rest(iface, rx_conn, count, failed);
 }
 
 /* ------------------------------------------------------------- interface */
@@ -1104,8 +1131,7 @@ static unsigned uct_remapring_iface_progress(uct_iface_h tl_iface)
                                     iface);
     }
     ucs_list_for_each_safe(rx_conn, tmp, &iface->rx.active, list) {
-        count += uct_remapring_rx_conn_poll(iface,
-                                            rx_conn - iface->rx.rx_conns);
+        count += uct_remapring_rx_conn_poll(iface, rx_conn);
     }
 
     if (ucs_unlikely(!ucs_list_is_empty(&iface->tx.blocked))) {

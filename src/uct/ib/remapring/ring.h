@@ -474,6 +474,10 @@ struct uct_remapring_ring {
     uint64_t nonce;
     uint64_t credit_batch; /* in bytes */
     uint64_t head; /* next record to read */
+    char *head_block; /* CPU view of the block under the head's slot, while
+                         head < head_end: a slot's block changes only once
+                         the head has left it */
+    uint64_t head_end; /* end of the slot head_block is for; 0: none */
     uint64_t tail; /* last tail loaded (TAIL commit) */
     uint64_t credited; /* slots below went back to the pool */
     uint64_t backed; /* slots in [credited, backed) have blocks */
@@ -595,7 +599,14 @@ uct_remapring_ring_poll(uct_remapring_ring_t *ring, uct_remapring_ring_rx_t *rx)
         return uct_remapring_ring_poll_slow(ring, rx);
     }
 
-    rec = (const char *)uct_remapring_ring_cpu_addr(ring, head);
+    if (ucs_unlikely(head >= ring->head_end)) {
+        /* the head entered a slot (head < limit: it is backed) */
+        ring->head_block = (char *)uct_remapring_ring_cpu_addr(
+                ring, head & ~(uint64_t)(ring->block_size - 1));
+        ring->head_end = (head | (ring->block_size - 1)) + 1;
+    }
+
+    rec = ring->head_block + (head & (ring->block_size - 1));
     if (__atomic_load_n((const uint64_t *)rec, __ATOMIC_ACQUIRE) !=
         (head ^ ring->nonce)) {
         return ucs_unlikely(uct_remapring_ring_credit_due(ring)) ?
