@@ -680,8 +680,10 @@ uct_remapring_backlog_add(uct_remapring_iface_t *iface,
     }
 
     for (i = 0; i < iovcnt; ++i) {
-        memcpy(p, iov[i].iov_base, iov[i].iov_len);
-        p += iov[i].iov_len;
+        if (iov[i].iov_len != 0) { /* an empty piece may have no buffer */
+            memcpy(p, iov[i].iov_base, iov[i].iov_len);
+            p += iov[i].iov_len;
+        }
     }
 
     uct_remapring_backlog_commit(peer, id, length);
@@ -844,9 +846,12 @@ static UCS_F_ALWAYS_INLINE ucs_status_t uct_remapring_ep_send_iov_ready(
         return uct_remapring_ep_send_ready(ep, id, iov, iovcnt);
     }
 
+    /* an empty piece may have no buffer: memcpy must not see it */
     for (i = 0, pos = 0; i < iovcnt; ++i) {
-        memcpy(d.payload + pos, iov[i].iov_base, iov[i].iov_len);
-        pos += iov[i].iov_len;
+        if (iov[i].iov_len != 0) {
+            memcpy(d.payload + pos, iov[i].iov_base, iov[i].iov_len);
+            pos += iov[i].iov_len;
+        }
     }
     uct_remapring_ep_direct_commit(ep, &d, id, length);
     return UCS_OK;
@@ -874,7 +879,9 @@ ucs_status_t uct_remapring_ep_am_short(uct_ep_h tl_ep, uint8_t id,
     } else if (ucs_likely(uct_remapring_ring_writer_direct_begin(
                        &ep->peer->writer, sizeof(header) + length, &d))) {
         memcpy(d.payload, &header, sizeof(header));
-        memcpy(d.payload + sizeof(header), payload, length);
+        if (length != 0) { /* no payload may come with no buffer */
+            memcpy(d.payload + sizeof(header), payload, length);
+        }
         uct_remapring_ep_direct_commit(ep, &d, id, sizeof(header) + length);
     } else {
         status = uct_remapring_ep_send_ready(ep, id, iov, 2);
