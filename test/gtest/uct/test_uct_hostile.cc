@@ -291,8 +291,12 @@ TEST_F(test_uct_hostile_receiver, unsealed_pool_gets_the_cma_wire)
     m_fds.push_back(pool_fd);
     ASSERT_EQ(0, ftruncate(pool_fd, st.st_size));
 
-    std::vector<char> copy((char*)ctl, (char*)ctl + ctl_size);
-    auto *fake = (uct_remapring_ctl_t*)copy.data();
+    /* aligned as the control area is (its words are in cache lines) */
+    std::vector<uct_remapring_ctl_t> copy(
+            (ctl_size + sizeof(uct_remapring_ctl_t) - 1) /
+            sizeof(uct_remapring_ctl_t));
+    memcpy(copy.data(), ctl, ctl_size);
+    auto *fake = copy.data();
     fake->pool_fd = pool_fd;
     uct_remapring_conn_t *conns = uct_remapring_ctl_conns(fake, max_peers);
     for (unsigned i = 0; i < max_peers; ++i) {
