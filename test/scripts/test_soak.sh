@@ -43,36 +43,29 @@ made_up() {
         echo "sample receiver $t $rss 1000 100 $vmas 4 $f 18 8 $((t * 100)) 2"
     done
 }
-made_up 40 > "$tmp/flat.log"
-sed 's/^\(sample receiver [0-9]* \)13072/\110000/' "$tmp/flat.log" \
-    > "$tmp/flat2.log"
-rc=0
-python3 "$report" --csv "$tmp/v.csv" --warmup 5 --max-held 64 \
-    "$tmp/flat2.log" > "$tmp/v.out" || rc=$?
-[ $rc -eq 0 ] && grep -q "^FLAT" "$tmp/v.out" ||
-    { cat "$tmp/v.out"; fail "flat series (VMAs folding added): exit status $rc"; }
-rc=0
-python3 "$report" --csv "$tmp/v.csv" --warmup 5 --max-held 64 \
-    "$tmp/flat.log" > "$tmp/v.out" || rc=$?
-grep "NOT FLAT" "$tmp/v.out" | sed 's/^/   /'
-[ $rc -eq 1 ] && grep -q "^NOT FLAT: receiver RSS: 10000 .* 13072 at 16 s" \
-    "$tmp/v.out" || { cat "$tmp/v.out"; fail "growing RSS: exit status $rc"; }
-made_up 20 | sed 's/^\(sample receiver [0-9]* \)13072/\110000/' \
-    > "$tmp/vmas.log"
-rc=0
-python3 "$report" --csv "$tmp/v.csv" --warmup 5 --max-held 64 \
-    "$tmp/vmas.log" > "$tmp/v.out" || rc=$?
-grep "NOT FLAT" "$tmp/v.out" | sed 's/^/   /'
-[ $rc -eq 1 ] && grep -q "^NOT FLAT: receiver VMAs: 130 .* 150 at 16 s" \
-    "$tmp/v.out" || { cat "$tmp/v.out"; fail "growing VMAs: exit status $rc"; }
-made_up 300 | sed 's/^\(sample receiver [0-9]* \)13072/\110000/' \
-    > "$tmp/fold.log"
-rc=0
-python3 "$report" --csv "$tmp/v.csv" --warmup 5 --max-held 64 \
-    "$tmp/fold.log" > "$tmp/v.out" || rc=$?
-grep "NOT FLAT" "$tmp/v.out" | sed 's/^/   /'
-[ $rc -eq 1 ] && grep -q "^NOT FLAT: receiver folded VMAs: 0 .* 300 at 16 s" \
-    "$tmp/v.out" || { cat "$tmp/v.out"; fail "folded VMAs: exit status $rc"; }
+# not_flat FOLD NAME PATTERN: the report on made_up FOLD, the receiver's RSS
+# growing or not (NAME "RSS" or not), must exit 1 with the line PATTERN
+# (grep), or 0 and FLAT if PATTERN is empty
+not_flat() {
+    local rc=0 want=1
+    made_up "$1" > "$tmp/v.log"
+    [ "$2" = RSS ] ||
+        sed -i 's/^\(sample receiver [0-9]* \)13072/\110000/' "$tmp/v.log"
+    python3 "$report" --csv "$tmp/v.csv" --warmup 5 --max-held 64 \
+        "$tmp/v.log" > "$tmp/v.out" || rc=$?
+    grep "NOT FLAT" "$tmp/v.out" | sed 's/^/   /'
+    if [ -z "$3" ]; then
+        [ $rc -eq 0 ] && grep -q "^FLAT" "$tmp/v.out" && return 0
+    else
+        [ $rc -eq 1 ] && grep -q "^NOT FLAT: $3" "$tmp/v.out" && return 0
+    fi
+    cat "$tmp/v.out"
+    fail "$2: exit status $rc"
+}
+not_flat 40 "flat series (VMAs folding added)" ""
+not_flat 40 RSS "receiver RSS: 10000 .* 13072 at 16 s"
+not_flat 20 "growing VMAs" "receiver VMAs: 130 .* 150 at 16 s"
+not_flat 300 "folded VMAs" "receiver folded VMAs: 0 .* 300 at 16 s"
 
 note "soak.sh -t 20 -W 5 on the shm wire"
 start=$SECONDS
