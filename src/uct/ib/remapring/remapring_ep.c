@@ -857,6 +857,22 @@ static UCS_F_ALWAYS_INLINE ucs_status_t uct_remapring_ep_send_iov_ready(
     return UCS_OK;
 }
 
+/* Send @a iovcnt pieces of @a length bytes in all: kept for the
+ * connection if the endpoint is not ready (uct_remapring_ep_send_early),
+ * else the direct or the general way */
+static UCS_F_ALWAYS_INLINE ucs_status_t uct_remapring_ep_send(
+        uct_remapring_iface_t *iface, uct_remapring_ep_t *ep, uint8_t id,
+        const struct iovec *iov, size_t iovcnt, size_t length)
+{
+    ucs_status_t status = uct_remapring_ep_ready(iface, ep);
+
+    if (ucs_unlikely(status != UCS_OK)) {
+        return uct_remapring_ep_send_early(iface, ep, status, id, iov, iovcnt);
+    }
+
+    return uct_remapring_ep_send_iov_ready(ep, id, iov, iovcnt, length);
+}
+
 ucs_status_t uct_remapring_ep_am_short(uct_ep_h tl_ep, uint8_t id,
                                        uint64_t header, const void *payload,
                                        unsigned length)
@@ -915,13 +931,7 @@ ucs_status_t uct_remapring_ep_am_short_iov(uct_ep_h tl_ep, uint8_t id,
     }
 
     UCT_CHECK_LENGTH(length, 0, iface->tx.max_short, "am_short_iov");
-    status = uct_remapring_ep_ready(iface, ep);
-    if (ucs_unlikely(status != UCS_OK)) {
-        status = uct_remapring_ep_send_early(iface, ep, status, id, vec,
-                                             iovcnt);
-    } else {
-        status = uct_remapring_ep_send_iov_ready(ep, id, vec, iovcnt, length);
-    }
+    status = uct_remapring_ep_send(iface, ep, id, vec, iovcnt, length);
 
     if (ucs_likely(status == UCS_OK)) {
         UCT_TL_EP_STAT_OP(&ep->super, AM, SHORT, length);
@@ -1008,14 +1018,8 @@ ucs_status_t uct_remapring_ep_am_zcopy(uct_ep_h tl_ep, uint8_t id,
 
     UCT_CHECK_LENGTH(length, 0, iface->tx.max_bcopy - UCT_REMAPRING_AM_MAX_HDR,
                      "am_zcopy");
-    status = uct_remapring_ep_ready(iface, ep);
-    if (ucs_unlikely(status != UCS_OK)) {
-        status = uct_remapring_ep_send_early(iface, ep, status, id, vec,
-                                             iovcnt + 1);
-    } else {
-        status = uct_remapring_ep_send_iov_ready(ep, id, vec, iovcnt + 1,
-                                                 header_length + length);
-    }
+    status = uct_remapring_ep_send(iface, ep, id, vec, iovcnt + 1,
+                                   header_length + length);
     if (ucs_likely(status == UCS_OK)) {
         UCT_TL_EP_STAT_OP(&ep->super, AM, ZCOPY, header_length + length);
         uct_iface_trace_am(&iface->super, UCT_AM_TRACE_TYPE_SEND, id, header,
