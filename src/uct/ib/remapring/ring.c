@@ -75,7 +75,6 @@ static void uct_remapring_ring_set_slot(uct_remapring_ring_t *ring,
     }
 }
 
-
 /* What a quiet ring keeps when it reclaims: its quiet grant, and at least
  * two slots, so that any record fits past the head */
 static inline uint64_t
@@ -889,21 +888,6 @@ uct_remapring_ring_seg(uct_remapring_wire_seg_t *seg, uint64_t offset,
     seg->buffer = buffer;
     seg->length = (uint32_t)length;
     seg->commit = commit;
-}
-
-/* A header of @a type at ring offset @a offset */
-static UCS_F_ALWAYS_INLINE void
-uct_remapring_ring_writer_hdr(const uct_remapring_ring_writer_t *writer,
-                              uct_remapring_ring_hdr_t *hdr, uint64_t offset,
-                              uint8_t type, uint32_t length, uint8_t am_id,
-                              uint8_t flags)
-{
-    hdr->stamp    = offset ^ writer->nonce;
-    hdr->length   = length;
-    hdr->type     = type;
-    hdr->am_id    = am_id;
-    hdr->flags    = flags;
-    hdr->reserved = 0;
 }
 
 ucs_status_t uct_remapring_ring_writer_send(uct_remapring_ring_writer_t *writer,

@@ -785,6 +785,22 @@ ucs_status_t uct_remapring_ring_writer_send(uct_remapring_ring_writer_t *writer,
                                             size_t iovcnt);
 
 
+/* A header of @a type at ring offset @a offset; writer side */
+static UCS_F_ALWAYS_INLINE void
+uct_remapring_ring_writer_hdr(const uct_remapring_ring_writer_t *writer,
+                              uct_remapring_ring_hdr_t *hdr, uint64_t offset,
+                              uint8_t type, uint32_t length, uint8_t am_id,
+                              uint8_t flags)
+{
+    hdr->stamp    = offset ^ writer->nonce;
+    hdr->length   = length;
+    hdr->type     = type;
+    hdr->am_id    = am_id;
+    hdr->flags    = flags;
+    hdr->reserved = 0;
+}
+
+
 /**
  * A record on its way the direct path (uct_remapring_ring_writer_direct_*).
  */
@@ -858,12 +874,9 @@ uct_remapring_ring_writer_direct_commit(uct_remapring_ring_writer_t *writer,
 {
     uct_remapring_ring_hdr_t hdr;
 
-    hdr.stamp    = writer->tail ^ writer->nonce;
-    hdr.length   = length;
-    hdr.type     = UCT_REMAPRING_RING_REC_DATA;
-    hdr.am_id    = am_id;
-    hdr.flags    = 0;
-    hdr.reserved = 0;
+    uct_remapring_ring_writer_hdr(writer, &hdr, writer->tail,
+                                  UCT_REMAPRING_RING_REC_DATA, length, am_id,
+                                  0);
     memcpy(d->rec + sizeof(hdr.stamp), (const char *)&hdr + sizeof(hdr.stamp),
            sizeof(hdr) - sizeof(hdr.stamp));
     __atomic_store_n((uint64_t *)d->rec, hdr.stamp, __ATOMIC_RELEASE);
