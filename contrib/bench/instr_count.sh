@@ -6,8 +6,8 @@
 # counted by valgrind (callgrind) in ucx_perftest's loopback mode: one
 # process, one thread, sending to itself, so no cache line moves between
 # cores and no poll spins. Only the instructions count, and they are
-# counted exactly: the figure does not depend on the machine's load or on
-# how far apart its cores are.
+# counted exactly: the figure does not depend on how far apart the cores
+# are, and little on the machine's load (see -h).
 #
 set -u
 
@@ -29,8 +29,11 @@ Each test: ucx_perftest -l -x TL -d memory -t am_lat|am_bw -D short|bcopy
 under valgrind --tool=callgrind. A column per transport, Ir per message
 (am_lat: per iteration, a message and its delivery to the same process;
 am_bw: per message sent and delivered), and the ratio remapring / posix
-(below 1: remapring runs fewer). Slow: valgrind runs each about 50 times
-slower.
+(below 1: remapring runs fewer). A count is exact for its run; where time
+matters (a bandwidth test that fills the ring finds no credit more or less
+often, the pool's timed work falls differently) it changes from run to
+run: am_bw bcopy at 4 KiB by up to a half here. Slow: valgrind runs each
+about 50 times slower.
 EOF
 }
 
