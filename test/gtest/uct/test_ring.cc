@@ -1088,6 +1088,90 @@ TEST(test_ring_pool, punch_after_the_newest)
 }
 
 
+/* How many detached blocks wait whole follows how long holds last: blocks
+ * whose holds outlast punch_age_ns bring it down to none (a detached block
+ * is punched at once), blocks released soon bring it back to punch_after */
+TEST(test_ring_pool, punch_window_follows_holds)
+{
+    static const unsigned AFTER = 16, ROUNDS = 128;
+    static const uint64_t HOUR  = 3600ull * 1000000000ull;
+    uct_remapring_pool_params_t params;
+    uct_remapring_pool_stats_t stats;
+    uct_remapring_pool_t *pool;
+    uint32_t block;
+
+    uct_remapring_pool_params_default(&params);
+    params.block_size   = 64 * 1024;
+    params.init_blocks  = 4;
+    params.punch_after  = AFTER;
+    params.punch_age_ns = HOUR;
+    params.fold_pages   = 0; /* punching alone */
+    ASSERT_EQ(UCS_OK, uct_remapring_pool_create(&params, &pool));
+    const unsigned ppb = pool->pages_per_block;
+
+    uct_remapring_pool_get_stats(pool, &stats);
+    EXPECT_EQ(AFTER, stats.punch_window); /* until blocks say otherwise */
+
+    /* a block that waited whole for the age counts at once, and once */
+    ASSERT_EQ(UCS_OK, uct_remapring_pool_block_get(pool, &block));
+    uct_remapring_pool_block_hold(pool, block, 0, 64);
+    uct_remapring_pool_block_detach(pool, block);
+    pool->punch_age_ns = 0; /* as if an hour went by */
+    uct_remapring_pool_punch_aged(pool);
+    EXPECT_EQ(1u, pool->stats.held_pages);
+    uct_remapring_pool_get_stats(pool, &stats);
+    EXPECT_EQ(AFTER - 1, stats.punch_window);
+    const double after_one = stats.brief;
+    EXPECT_LT(after_one, 1.0);
+    pool->punch_age_ns = HOUR;
+    uct_remapring_pool_block_unhold(pool, block, 0);
+    uct_remapring_pool_get_stats(pool, &stats);
+    EXPECT_EQ(after_one, stats.brief);
+
+    /* holds that outlast the age: released, as if detached two hours ago */
+    for (unsigned i = 0; i < ROUNDS; ++i) {
+        ASSERT_EQ(UCS_OK, uct_remapring_pool_block_get(pool, &block));
+        uct_remapring_pool_block_hold(pool, block, 0, 64);
+        uct_remapring_pool_block_detach(pool, block);
+        pool->blocks[block].detached_ns -= 2 * HOUR;
+        ASSERT_EQ(UCT_REMAPRING_POOL_UNHOLD_FREED,
+                  uct_remapring_pool_block_unhold(pool, block, 0));
+    }
+    uct_remapring_pool_get_stats(pool, &stats);
+    EXPECT_EQ(0u, stats.punch_window);
+    EXPECT_LT(stats.brief, 0.05);
+
+    /* so a detached block is punched at once: its held page stays */
+    ASSERT_EQ(UCS_OK, uct_remapring_pool_block_get(pool, &block));
+    uct_remapring_pool_block_hold(pool, block, 0, 64);
+    uct_remapring_pool_block_detach(pool, block);
+    EXPECT_EQ(1u, pool->stats.held_pages);
+    uct_remapring_pool_block_unhold(pool, block, 0);
+
+    /* holds released soon: the window grows back, step by step */
+    unsigned last = 0;
+    for (unsigned i = 0; i < ROUNDS; ++i) {
+        ASSERT_EQ(UCS_OK, uct_remapring_pool_block_get(pool, &block));
+        uct_remapring_pool_block_hold(pool, block, 0, 64);
+        uct_remapring_pool_block_detach(pool, block);
+        uct_remapring_pool_block_unhold(pool, block, 0);
+        uct_remapring_pool_get_stats(pool, &stats);
+        EXPECT_GE(stats.punch_window, last);
+        last = stats.punch_window;
+    }
+    EXPECT_EQ(AFTER, last);
+    EXPECT_GT(stats.brief, 0.95);
+
+    /* and a detached block waits whole again */
+    ASSERT_EQ(UCS_OK, uct_remapring_pool_block_get(pool, &block));
+    uct_remapring_pool_block_hold(pool, block, 0, 64);
+    uct_remapring_pool_block_detach(pool, block);
+    EXPECT_EQ((uint64_t)ppb, pool->stats.held_pages);
+    uct_remapring_pool_block_unhold(pool, block, 0);
+    EXPECT_EQ(0u, pool->stats.held_pages);
+    uct_remapring_pool_destroy(pool);
+}
+
 namespace {
 
 /* Resident bytes of a memfd */

@@ -1556,7 +1556,15 @@ err_arbiter:
 
 static UCS_CLASS_CLEANUP_FUNC(uct_remapring_iface_t)
 {
+    uct_remapring_pool_stats_t stats;
     unsigned index;
+
+    uct_remapring_pool_get_stats(self->rx.pool, &stats);
+    ucs_debug("remapring: iface %p pool: %u blocks, %" PRIu64 " remaps, %"
+              PRIu64 " punches, %" PRIu64 " folds; %u detached blocks kept"
+              " whole (%.0f%% of them released within the age)",
+              self, stats.nblocks, stats.nremaps, stats.npunches,
+              stats.nfolds, stats.punch_window, stats.brief * 100.0);
 
     uct_base_iface_progress_disable(&self->super.super,
                                     UCT_PROGRESS_SEND | UCT_PROGRESS_RECV);

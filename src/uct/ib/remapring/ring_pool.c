@@ -292,18 +292,42 @@ static int uct_remapring_pool_punch_listed(const uct_remapring_pool_t *pool,
            (pool->punch_head == index);
 }
 
-/* Punch the oldest waiting blocks beyond the newest punch_after, and those
+/* Weight of one released block in the moving average brief_q16: 1/16 */
+#define UCT_REMAPRING_POOL_BRIEF_SHIFT 4
+
+/* A detached block's holds all ended within punch_age_ns (@a brief), or
+ * not: into the share of such blocks, which the number of detached blocks
+ * kept whole follows */
+static void uct_remapring_pool_brief_sample(uct_remapring_pool_t *pool,
+                                            int brief)
+{
+    int32_t share = (int32_t)pool->brief_q16;
+
+    share += ((brief ? 65536 : 0) - share) /
+             (1 << UCT_REMAPRING_POOL_BRIEF_SHIFT);
+    pool->brief_q16    = share;
+    pool->punch_window = (((uint64_t)pool->punch_after * share) + 32768) >>
+                         16; /* to the nearest: 0 and punch_after reached */
+}
+
+/* Punch the oldest waiting blocks beyond the newest punch_window, and those
  * that waited longer than punch_age_ns (at time @a now) */
 static void uct_remapring_pool_punch_due(uct_remapring_pool_t *pool,
                                          uint64_t now)
 {
     uint32_t index;
 
-    while ((pool->nunpunched > pool->punch_after) ||
+    while ((pool->nunpunched > pool->punch_window) ||
            ((pool->nunpunched > 0) &&
             (now - pool->blocks[pool->punch_head].detached_ns >=
              pool->punch_age_ns))) {
         index = pool->punch_head;
+        if (pool->nunpunched <= pool->punch_window) {
+            /* its holds outlasted the age: known now, not at its release
+             * (a storm keeps its blocks until it drains) */
+            pool->blocks[index].aged = 1;
+            uct_remapring_pool_brief_sample(pool, 0);
+        }
         uct_remapring_pool_punch_unlist(pool, index);
         pool->stats.held_pages -= pool->blocks[index].held_pages;
         uct_remapring_pool_punch(pool, index);
@@ -440,6 +464,8 @@ uct_remapring_pool_create(const uct_remapring_pool_params_t *params,
     pool->punch            = params->punch;
     pool->punch_after      = params->punch_after;
     pool->punch_age_ns     = params->punch_age_ns;
+    pool->punch_window     = params->punch_after;
+    pool->brief_q16        = 65536; /* until blocks say otherwise */
     pool->punch_head       = UCT_REMAPRING_POOL_BLOCK_NONE;
     pool->punch_tail       = UCT_REMAPRING_POOL_BLOCK_NONE;
     pool->nunpunched       = 0;
@@ -663,9 +689,10 @@ void uct_remapring_pool_block_detach(uct_remapring_pool_t *pool,
     block->owner = NULL;
     pool->stats.ndetached++;
     if (pool->punch && (pool->punch_after > 0)) {
-        /* most holds end soon (a receive posted right after): a block
+        /* holds that end soon (a receive posted right after): a block
          * punched now would fault its pages in again when reused */
         block->detached_ns = uct_remapring_pool_now_ns();
+        block->aged        = 0;
         uct_remapring_pool_punch_later(pool, index);
         uct_remapring_pool_punch_due(pool, block->detached_ns);
         uct_remapring_pool_punch_dirty(pool);
@@ -894,6 +921,13 @@ uct_remapring_pool_block_unhold(uct_remapring_pool_t *pool, uint32_t index,
                                    pool->pages_per_block);
     }
 
+    if (pool->punch && (pool->punch_after > 0) && !block->aged) {
+        uct_remapring_pool_brief_sample(pool,
+                                        (uct_remapring_pool_now_ns() -
+                                         block->detached_ns) <
+                                                pool->punch_age_ns);
+    }
+
     /* back whole: its punched pages fault in again when written */
     if (uct_remapring_pool_punch_listed(pool, index)) {
         uct_remapring_pool_punch_unlist(pool, index);
@@ -976,4 +1010,6 @@ void uct_remapring_pool_get_stats(const uct_remapring_pool_t *pool,
     stats->nfolded      = pool->fold.nfolded;
     stats->nfolds       = pool->fold.nfolds;
     stats->nfold_merged = pool->fold.nmerged;
+    stats->punch_window = pool->punch_window;
+    stats->brief        = pool->brief_q16 / 65536.0;
 }

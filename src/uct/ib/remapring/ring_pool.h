@@ -27,6 +27,14 @@
  *   held, the pages only it touched are punched at the next detach (not at
  *   once: a drain that releases a block's records one after another in
  *   a burst would make a system call of each).
+ * - A detached block is punched at once only if holds of late outlasted
+ *   punch_age_ns: the newest detached blocks wait whole, up to punch_after
+ *   of them and for at most punch_age_ns, in proportion to the share of
+ *   detached blocks whose holds all ended within punch_age_ns (a moving
+ *   average over the blocks released last, punched or not, and over
+ *   those that waited punch_age_ns whole). Holds that end soon (a receive posted right after)
+ *   cost no punch and no page faults; holds that last cost their pages,
+ *   not blocks waiting in vain.
  * - Folding (ring_fold.h): when a detached block is punched, the partly
  *   used held pages (where a held record starts or ends) are folded into
  *   pages they share with those of other held records, so that a held
@@ -100,9 +108,11 @@ typedef struct uct_remapring_pool_block {
     uint32_t held_pages; /* pages kept, while DETACHED (not folded ones) */
     uint32_t folded; /* pages of it were folded since it left its slot: its
                         CPU view is to be mapped back before reuse */
+    uint32_t aged; /* punched after waiting punch_age_ns whole: already
+                      counted as a block whose holds outlasted it */
     uint32_t punch_prev; /* list of DETACHED blocks not punched yet */
     uint32_t punch_next;
-    uint64_t detached_ns; /* when it was detached, while on that list */
+    uint64_t detached_ns; /* when it was detached, while DETACHED */
     uct_remapring_ring_t *owner; /* ring it backs, while ATTACHED */
 } uct_remapring_pool_block_t;
 
@@ -119,9 +129,11 @@ typedef struct uct_remapring_pool_params {
     const char *name; /* memfd name, for /proc/<pid>/maps */
     int punch; /* give back the unheld pages of detached blocks; 0 where
                   a device pins the pool's pages (they would stay its) */
-    unsigned punch_after; /* detached blocks kept whole, the latest ones:
-                             a block released soon costs no punch and no
-                             page faults when reused */
+    unsigned punch_after; /* detached blocks kept whole at most, the
+                             latest ones: a block released soon costs no
+                             punch and no page faults when reused. How many
+                             are is scaled by the share of blocks released
+                             soon of late (punch_window) */
     uint64_t punch_age_ns; /* and only for so long: a hold that lasts is
                               not one that ends soon */
     uint32_t fold_pages; /* CPU-view pages folded at a time at most
@@ -154,6 +166,9 @@ typedef struct uct_remapring_pool_stats {
     uint64_t nfolded; /* CPU-view pages folded now */
     uint64_t nfolds; /* folds done */
     uint64_t nfold_merged; /* words a store racing a fold changed */
+    unsigned punch_window; /* detached blocks kept whole now, at most */
+    double brief; /* share of detached blocks whose holds all ended
+                     within punch_age_ns, of late */
 } uct_remapring_pool_stats_t;
 
 
@@ -175,6 +190,10 @@ typedef struct uct_remapring_pool {
     int punch;
     unsigned punch_after;
     uint64_t punch_age_ns;
+    unsigned punch_window; /* punch_after scaled by brief_q16 */
+    uint32_t brief_q16; /* share of detached blocks whose holds all ended
+                           within punch_age_ns (65536: all), a moving
+                           average over the blocks released last */
     uint32_t punch_head; /* oldest detached block not punched yet */
     uint32_t punch_tail;
     unsigned nunpunched;
