@@ -13,6 +13,7 @@
 #endif
 
 #include <uct/ib/remapring/ring.h>
+#include <uct/ib/remapring/ring_copy.h>
 #include <uct/ib/remapring/ring_wire.h>
 
 #include <ucs/sys/math.h>
@@ -45,6 +46,7 @@ typedef struct {
     int punch_after; /* detached blocks kept whole; -1: the pool's default */
     double punch_age_us; /* and for how long; < 0: the pool's default */
     long fold_pages; /* pages folded at most; -1: the pool's default */
+    unsigned copy_max; /* records up to this inline, held ones copied */
     int fifo; /* release oldest first, else random */
     int threads; /* writer in its own thread */
     int cma; /* process_vm_writev into our own ring view */
@@ -57,7 +59,8 @@ typedef struct {
 
 
 typedef struct {
-    void *payload;
+    void *payload; /* in the pool, or in a copy (copy) */
+    int copy;
     uint32_t length;
 } ring_bench_held_t;
 
@@ -140,6 +143,17 @@ static double ring_bench_held_memfd(uct_remapring_pool_t *pool)
     return ucs_max(bytes, 0.0);
 }
 
+static void ring_bench_release(uct_remapring_pool_t *pool,
+                               uct_remapring_copies_t *copies,
+                               const ring_bench_held_t *held)
+{
+    if (held->copy) {
+        uct_remapring_copy_put(copies, held->payload);
+    } else {
+        uct_remapring_ring_release(pool, held->payload);
+    }
+}
+
 static int
 ring_bench_point(const ring_bench_opts_t *opts, size_t size, double hold_pct)
 {
@@ -163,6 +177,11 @@ ring_bench_point(const ring_bench_opts_t *opts, size_t size, double hold_pct)
     uint64_t nmsgs = 0, bytes = 0, sink = 0, nsamples = 0, nreleases = 0;
     double held_pool = 0, held_payload = 0, held_payload_now = 0;
     double held_memfd = 0;
+    double held_window = 0;
+    uct_remapring_copies_t copies;
+    unsigned copy_offset = (opts->headroom + 8 + 15) & ~15u;
+    void *copy;
+    struct stat st;
     double start, elapsed, desc_ratio, per_msg;
     unsigned nheld = 0, i, bursts = 0;
     int ret = -1;
@@ -187,6 +206,7 @@ ring_bench_point(const ring_bench_opts_t *opts, size_t size, double hold_pct)
     ring_params.nslots       = opts->nslots;
     ring_params.headroom     = opts->headroom;
     ring_params.credit_batch = opts->credit_batch;
+    ring_params.inline_max   = opts->copy_max;
 
     ctl  = mmap(NULL, sizeof(*ctl), PROT_READ | PROT_WRITE,
                 MAP_SHARED | MAP_ANONYMOUS, -1, 0);
@@ -196,8 +216,13 @@ ring_bench_point(const ring_bench_opts_t *opts, size_t size, double hold_pct)
         return -1;
     }
 
-    if (uct_remapring_pool_create(&pool_params, &pool) != UCS_OK) {
+    if (uct_remapring_copy_init(&copies, "ring_bench-copies",
+                                opts->copy_max ? (256ul << 20) : 0) != UCS_OK) {
         goto out_free;
+    }
+
+    if (uct_remapring_pool_create(&pool_params, &pool) != UCS_OK) {
+        goto out_copies;
     }
 
     if (uct_remapring_ring_create(pool, &ring_params, ctl, &ring) != UCS_OK) {
@@ -256,14 +281,28 @@ ring_bench_point(const ring_bench_opts_t *opts, size_t size, double hold_pct)
                 }
             }
 
-            uct_remapring_ring_consume(ring, &rx, hold);
+            copy = NULL;
+            if (hold && rx.is_inline) {
+                /* kept out of a right-sized copy (UCX_REMAPRING_RX_COPY),
+                 * after the headroom and a pointer */
+                copy = uct_remapring_copy_get(&copies,
+                                              copy_offset + rx.length);
+                if (copy == NULL) {
+                    fprintf(stderr, "out of copies\n");
+                    break;
+                }
+                memcpy((char*)copy + copy_offset, rx.payload, rx.length);
+            }
+
+            uct_remapring_ring_consume(ring, &rx, hold && (copy == NULL));
             ++nmsgs;
             bytes += rx.length;
             if (!hold) {
                 continue;
             }
 
-            held[nheld].payload = rx.payload;
+            held[nheld].payload = (copy != NULL) ? copy : rx.payload;
+            held[nheld].copy    = (copy != NULL);
             held[nheld].length  = rx.length;
             held_payload_now += rx.length;
             ++nheld;
@@ -278,12 +317,16 @@ ring_bench_point(const ring_bench_opts_t *opts, size_t size, double hold_pct)
                 uct_remapring_pool_get_stats(pool, &pool_stats);
                 held_pool += (double)pool_stats.nheld_blocks * opts->block_size;
                 held_memfd += ring_bench_held_memfd(pool);
+                if ((copies.fd >= 0) && (fstat(copies.fd, &st) == 0)) {
+                    held_memfd += (double)st.st_blocks * 512;
+                }
+                held_window += pool_stats.punch_window;
                 held_payload += held_payload_now;
                 ++nsamples;
             }
 
             i = opts->fifo ? 0 : (unsigned)(ring_bench_rand(&rng) % nheld);
-            uct_remapring_ring_release(pool, held[i].payload);
+            ring_bench_release(pool, &copies, &held[i]);
             held_payload_now -= held[i].length;
             if (opts->fifo) {
                 memmove(&held[0], &held[1], (nheld - 1) * sizeof(*held));
@@ -327,12 +370,17 @@ ring_bench_point(const ring_bench_opts_t *opts, size_t size, double hold_pct)
     } else {
         printf("%11s %11s %11.2f", "-", "-", desc_ratio);
     }
-    printf(" %9.0f %8u\n", per_msg, pool_stats.nblocks);
+    printf(" %9.0f %8u", per_msg, pool_stats.nblocks);
+    if (nsamples > 0) {
+        printf(" %6.1f\n", held_window / nsamples);
+    } else {
+        printf(" %6s\n", "-");
+    }
     fflush(stdout);
     ret = (sink == 1) ? 1 : 0; /* keep the reads */
 
     for (i = 0; i < nheld; ++i) {
-        uct_remapring_ring_release(pool, held[i].payload);
+        ring_bench_release(pool, &copies, &held[i]);
     }
 out_wire:
     uct_remapring_wire_destroy(wire);
@@ -340,6 +388,8 @@ out_ring:
     uct_remapring_ring_destroy(ring);
 out_pool:
     uct_remapring_pool_destroy(pool);
+out_copies:
+    uct_remapring_copy_cleanup(&copies);
 out_free:
     free(held);
     munmap(ctl, sizeof(*ctl));
@@ -374,12 +424,17 @@ static void ring_bench_usage(const char *prog)
            "                 byte of held payload: the resident pages of\n"
            "                 blocks that left their slots (those holds keep\n"
            "                 once the rest of their blocks is punched, and\n"
-           "                 kept blocks not punched yet), and the fold\n"
-           "                 pages that partly used ones share\n"
+           "                 kept blocks not punched yet), the fold\n"
+           "                 pages that partly used ones share, and with\n"
+           "                 -i the copies\n"
            "  8K/held        the same for fixed 8 KiB receive descriptors\n"
            "  ring_B/msg     ring bytes one message takes (header, headroom,\n"
            "                 payload, 64-byte alignment)\n"
            "  blocks         pool size at the end\n"
+           "  wait           detached blocks kept whole before they are\n"
+           "                 punched (sampled as pool/held): -p scaled by\n"
+           "                 the share of blocks whose holds all ended\n"
+           "                 within -a, of late\n"
            "\n"
            "Options:\n"
            "  -t SEC     seconds per point (default 0.4)\n"
@@ -388,16 +443,21 @@ static void ring_bench_usage(const char *prog)
            "  -H LIST    hold rates in percent (default 0,1,50)\n"
            "  -b BYTES   block size B (default 65536)\n"
            "  -n SLOTS   slots per ring (default 16)\n"
-           "  -r BYTES   headroom (default 256)\n"
+           "  -r BYTES   headroom (default 256; UCP 1.13 asks 80, to which\n"
+           "             the transport adds 8: '-r 88' is what UCP pays)\n"
            "  -c SLOTS   credit batch (default 4)\n"
            "  -m BLOCKS  pool limit (default 4096)\n"
            "  -d N       records held at once before one is released\n"
            "             (default 256)\n"
            "  -p N       detached blocks kept whole before they are punched,\n"
-           "             the newest ones (default: the pool's, %u)\n"
+           "             the newest ones, at most (default: the pool's, %u)\n"
            "  -a USEC    and for at most so long (default: the pool's, %.0f)\n"
            "  -F PAGES   pages folded at most (0: no folding; default: the\n"
            "             pool's, %u)\n"
+           "  -i BYTES   records up to BYTES are inline, and a held one is\n"
+           "             kept out of a right-sized copy (headroom, a pointer\n"
+           "             and payload), as UCX_REMAPRING_RX_COPY does\n"
+           "             (default 0: none)\n"
            "  -f         release the oldest held record (default: random)\n"
            "  -T         writer in its own thread\n"
            "  -C         write with process_vm_writev (cma wire, to self)\n"
@@ -455,7 +515,7 @@ int main(int argc, char **argv)
     unsigned i, j;
     int c;
 
-    while ((c = getopt(argc, argv, "t:s:H:b:n:r:c:m:d:p:a:F:fTCRh")) != -1) {
+    while ((c = getopt(argc, argv, "t:s:H:b:n:r:c:m:d:p:a:F:i:fTCRh")) != -1) {
         switch (c) {
         case 't':
             opts.seconds = strtod(optarg, NULL);
@@ -478,6 +538,9 @@ int main(int argc, char **argv)
             break;
         case 'r':
             opts.headroom = strtoul(optarg, NULL, 0);
+            break;
+        case 'i':
+            opts.copy_max = strtoul(optarg, NULL, 0);
             break;
         case 'c':
             opts.credit_batch = strtoul(optarg, NULL, 0);
@@ -524,8 +587,8 @@ int main(int argc, char **argv)
 
     printf("# ring_bench: B %zu, %u slots (window %zu KiB), headroom %u, "
            "credit batch %u, pool max %u blocks, hold depth %u (%s), "
-           "punch after %d or %.0f us, fold %ld pages, %.2f s per point, "
-           "%s wire%s%s\n",
+           "punch after %d or %.0f us, fold %ld pages, copies up to %u, "
+           "%.2f s per point, %s wire%s%s\n",
            opts.block_size, opts.nslots, opts.block_size * opts.nslots / 1024,
            opts.headroom, opts.credit_batch, opts.max_blocks, opts.hold_depth,
            opts.fifo ? "fifo" : "random",
@@ -537,14 +600,14 @@ int main(int argc, char **argv)
                    ring_bench_pool_defaults().punch_age_ns / 1e3,
            (opts.fold_pages >= 0) ? opts.fold_pages :
                                     (long)ring_bench_pool_defaults().fold_pages,
-           opts.seconds, opts.cma ? "cma" : "local",
+           opts.copy_max, opts.seconds, opts.cma ? "cma" : "local",
            opts.threads ? ", writer thread" : "",
            opts.touch ? ", reader touches payload" : "");
     printf("# fixed 8 KiB descriptors: 4095 x 8 KiB = %.1f MiB posted per "
            "interface; this ring: %zu KiB per peer + shared pool\n",
            4095 * 8192.0 / (1 << 20), opts.block_size * opts.nslots / 1024);
     printf("#  size  hold%%       msgs/s     GB/s   remaps/s  remap_us "
-           "  pool/held  memfd/held     8K/held ring_B/msg   blocks\n");
+           "  pool/held  memfd/held     8K/held ring_B/msg   blocks   wait\n");
 
     for (i = 0; i < opts.nsizes; ++i) {
         for (j = 0; j < opts.nholds; ++j) {

@@ -46,19 +46,19 @@ Transports, two processes on this host (ucp_storm forks), in turn:
                   UCX_REMAPRING_WIRE=WIRE
   posix+cma       no module, UCX_TLS=posix,cma,self
 Both with UCX's defaults otherwise (rendezvous threshold, eager sizes,
-UCX_REMAPRING_RX_INLINE): the table says which protocol the sender's UCP
+UCX_REMAPRING_RX_INLINE, RX_COPY): the table says which protocol the sender's UCP
 took at each size and the run's first "tag_send" line per transport gives
 the thresholds.
 Figures, for the receiver (ucp_storm's header says how each is taken):
   rss        (peak - before) / payload of RssAnon + RssFile + RssShmem
   anon,shmem the same for RssAnon and RssShmem alone (UCP's own copies
-             are anonymous memory; the transports' receive memory, pool
-             or posix segments, is shared memory)
+             are anonymous memory; the transports' receive memory, pool,
+             copies or posix segments, is shared memory)
   pool       remapring only: receive pool blocks off their free lists
              (uct_remapring_pool_total_used() x UCX_REMAPRING_BLOCK_SIZE)
-  memfd      remapring only: bytes the pool memfds and their fold memfds
-             hold (st_blocks; pages punched under kept blocks are not
-             counted)
+  memfd      remapring only: bytes the pool memfds, their fold memfds and
+             the copies of small messages hold (st_blocks; pages punched
+             under kept blocks are not counted)
   8k-desc    computed, not measured: what fixed 8 KiB receive descriptors
              (posix's) would hold per payload byte, ceil(S / 8 KiB) x 8 KiB / S
   drain      from the first receive posted to the last one complete, and
@@ -272,7 +272,7 @@ for r in table:
     print(line(r))
 print("held bytes per payload byte, (peak - before) / payload, medians of "
       "%d run(s); rss = RssAnon + RssFile + RssShmem; pool = remapring "
-      "pool blocks in use, memfd = what the pool and fold memfds hold; 8k-desc "
+      "pool blocks in use, memfd = what the pool, fold and copies memfds hold; 8k-desc "
       "computed; ratios remapring / %s (below 1: remapring holds less, "
       "drains faster)" % (max(m["runs"] for m in med_of.values()), BASE))
 keep = int(os.environ.get("STORM_KEEP", "1"))

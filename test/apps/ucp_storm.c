@@ -28,7 +28,9 @@
  *                into pages of a fold memfd); the pools are the
  *                "memfd:remapring-pool" descriptors this process has once
  *                its worker is created, before it opens any peer's pool,
- *                their fold memfds ("memfd:remapring-pool-fold") included
+ *                their fold memfds ("memfd:remapring-pool-fold") and the
+ *                copies of small messages ("memfd:remapring-copies")
+ *                included
  * and "held bytes per payload byte", (peak - before) / (N * S), for the RSS
  * total, the pool blocks and the pool memfd. The receive buffers (N * S)
  * are allocated and touched before the first sample.
@@ -285,8 +287,8 @@ static size_t parse_size(const char *s, size_t dflt)
     return (size_t)v;
 }
 
-/* The pool memfds of this process's remapring interfaces, and their fold
- * memfds: called once the worker (and its interfaces) exist and before any
+/* The pool memfds of this process's remapring interfaces, their fold
+ * memfds and copies: called once the worker (and its interfaces) exist and before any
  * endpoint, so no peer's pool (also "memfd:remapring-pool", opened through
  * /proc) is open yet */
 static void find_pools(void)
@@ -310,7 +312,8 @@ static void find_pools(void)
             continue;
         }
         link[n] = '\0';
-        if (strstr(link, "memfd:remapring-pool") != NULL) {
+        if ((strstr(link, "memfd:remapring-pool") != NULL) ||
+            (strstr(link, "memfd:remapring-copies") != NULL)) {
             pool.fds[pool.nfds++] = atoi(de->d_name);
         }
     }

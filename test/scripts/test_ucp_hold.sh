@@ -9,7 +9,9 @@
 # (and defers a quarter of the rendezvous receives) for up to 2 ms, and
 # checks every byte on arrival and again on release. Eager active messages
 # above UCX_REMAPRING_RX_INLINE (1 KiB) must arrive as data descriptors the
-# receiver may keep (-D); smaller ones arrive to be copied.
+# receiver may keep (-D), and so do those up to UCX_REMAPRING_RX_COPY
+# (512 bytes with UCP's header), out of copies; those between arrive to be
+# copied.
 # UCP_HOLD_COUNT overrides the message count, UCP_HOLD_ARGS adds options.
 #
 . "$(dirname "$0")/common.sh"

@@ -7,6 +7,7 @@
  */
 
 #include <uct/ib/remapring/ring.h>
+#include <uct/ib/remapring/ring_copy.h>
 #include <uct/ib/remapring/ring_wire.h>
 
 #include <ucs/debug/log_def.h>
@@ -2291,4 +2292,145 @@ TEST(test_ring_wire_cma, errors)
     EXPECT_EQ(UCS_ERR_CONNECTION_RESET,
               uct_remapring_wire_write(wire, &seg, 1));
     uct_remapring_wire_destroy(wire);
+}
+
+
+/* Copies: classes by elements to a page, 16-byte multiples */
+TEST(test_ring_copy, classes)
+{
+    uct_remapring_copies_t copies;
+
+    ASSERT_EQ(4096, sysconf(_SC_PAGESIZE)) << "4 KiB pages assumed";
+    ASSERT_EQ(UCS_OK, uct_remapring_copy_init(&copies, "t", 1 << 20));
+    EXPECT_EQ(0u, uct_remapring_copy_class(&copies, 0));
+    EXPECT_EQ(256u, uct_remapring_copy_class(&copies, 1));
+    EXPECT_EQ(256u, uct_remapring_copy_class(&copies, 16));
+    EXPECT_EQ(128u, uct_remapring_copy_class(&copies, 17));
+    /* 80 bytes of UCP's headroom, 8 of ours, 256 of payload: 11 to a
+     * page, each 368 bytes */
+    EXPECT_EQ(11u, uct_remapring_copy_class(&copies, 96 + 256));
+    EXPECT_EQ(368u, copies.elem_size[11]);
+    EXPECT_EQ(2u, uct_remapring_copy_class(&copies, 2048));
+    EXPECT_EQ(1u, uct_remapring_copy_class(&copies, 2049));
+    EXPECT_EQ(1u, uct_remapring_copy_class(&copies, 4096));
+    EXPECT_EQ(0u, uct_remapring_copy_class(&copies, 4097));
+    EXPECT_EQ(nullptr, uct_remapring_copy_get(&copies, 4097));
+    uct_remapring_copy_cleanup(&copies);
+}
+
+/* Random sizes taken and put back in random order: elements never overlap
+ * and keep their bytes; the memfd holds about what is taken; once all are
+ * back, trimming gives all but a few pages back */
+TEST(test_ring_copy, random_get_put)
+{
+    struct taken {
+        uint8_t *addr;
+        size_t   size;
+        uint8_t  tag;
+    };
+    uct_remapring_copies_t copies;
+    std::vector<taken> out;
+    std::mt19937 rng(3);
+    size_t bytes = 0, max_ratio_bytes = 0;
+    struct stat st;
+
+    ASSERT_EQ(UCS_OK, uct_remapring_copy_init(&copies, "t", 16 << 20));
+    for (unsigned i = 0; i < 200000; ++i) {
+        if ((out.size() < 2000) && ((out.size() < 100) || (rng() % 2))) {
+            size_t size = 1 + rng() % 1200;
+            uint8_t tag = (uint8_t)rng();
+            uint8_t *addr = (uint8_t*)uct_remapring_copy_get(&copies, size);
+            ASSERT_NE(nullptr, addr);
+            ASSERT_EQ(0u, (uintptr_t)addr % 16);
+            memset(addr, tag, size);
+            out.push_back({addr, size, tag});
+            bytes += size;
+        } else {
+            size_t index = rng() % out.size();
+            taken t      = out[index];
+            for (size_t j = 0; j < t.size; ++j) {
+                ASSERT_EQ(t.tag, t.addr[j]) << "element of " << t.size
+                                            << " bytes changed at " << j;
+            }
+            /* put back by an address inside it */
+            uct_remapring_copy_put(&copies, t.addr + rng() % t.size);
+            out[index] = out.back();
+            out.pop_back();
+            bytes -= t.size;
+        }
+        if ((i % 10000) == 0) {
+            ASSERT_EQ(0, fstat(copies.fd, &st));
+            max_ratio_bytes = std::max(max_ratio_bytes,
+                                       (size_t)st.st_blocks * 512);
+            /* pages in use at most a little over twice the bytes: random
+             * sizes, random order */
+            if (bytes > (1u << 20)) {
+                EXPECT_LT((double)st.st_blocks * 512, 2.5 * bytes);
+            }
+        }
+    }
+    EXPECT_EQ(out.size(), copies.nelems_used);
+    for (const taken &t : out) {
+        uct_remapring_copy_put(&copies, t.addr);
+    }
+    EXPECT_EQ(0u, copies.nelems_used);
+    uct_remapring_copy_trim(&copies);
+    ASSERT_EQ(0, fstat(copies.fd, &st));
+    EXPECT_LE(st.st_blocks * 512, UCT_REMAPRING_COPY_KEEP * 4096);
+    EXPECT_EQ((uint64_t)UCT_REMAPRING_COPY_KEEP, copies.resident_pages);
+    uct_remapring_copy_cleanup(&copies);
+}
+
+/* A spare stays its class's until kept; kept spares are in use until put
+ * back; past max_bytes there is none, and a put makes room again */
+TEST(test_ring_copy, spare_and_limit)
+{
+    uct_remapring_copies_t copies;
+    unsigned n, n2;
+
+    ASSERT_EQ(UCS_OK, uct_remapring_copy_init(&copies, "t", 2 * 4096));
+    void *spare = uct_remapring_copy_spare(&copies, 1000, &n);
+    ASSERT_NE(nullptr, spare);
+    EXPECT_EQ(4u, n);
+    EXPECT_EQ(spare, uct_remapring_copy_spare(&copies, 1000, &n2));
+    EXPECT_EQ(n, n2);
+
+    /* 4 of 1 KiB to a page, two pages: 8 in all */
+    std::vector<void*> kept;
+    for (unsigned i = 0; i < 8; ++i) {
+        void *e = uct_remapring_copy_spare(&copies, 1000, &n);
+        ASSERT_NE(nullptr, e) << i;
+        uct_remapring_copy_keep(&copies, n);
+        kept.push_back(e);
+    }
+    EXPECT_EQ(nullptr, uct_remapring_copy_spare(&copies, 1000, &n));
+    EXPECT_EQ(nullptr, uct_remapring_copy_get(&copies, 16));
+
+    /* bad addresses are refused, with an error, and change nothing */
+    char outside;
+    uct_remapring_copy_put(&copies, &outside);
+    EXPECT_EQ(8u, copies.nelems_used);
+
+    uct_remapring_copy_put(&copies, kept.back());
+    kept.pop_back();
+    EXPECT_NE(nullptr, uct_remapring_copy_spare(&copies, 1000, &n));
+    for (void *e : kept) {
+        uct_remapring_copy_put(&copies, e);
+    }
+    uct_remapring_copy_trim(&copies);
+    EXPECT_EQ(0u, copies.nelems_used);
+    uct_remapring_copy_cleanup(&copies);
+}
+
+/* No copies: max_bytes 0 */
+TEST(test_ring_copy, none)
+{
+    uct_remapring_copies_t copies;
+    unsigned n;
+
+    ASSERT_EQ(UCS_OK, uct_remapring_copy_init(&copies, "t", 0));
+    EXPECT_EQ(nullptr, uct_remapring_copy_get(&copies, 100));
+    EXPECT_EQ(nullptr, uct_remapring_copy_spare(&copies, 100, &n));
+    uct_remapring_copy_trim(&copies);
+    uct_remapring_copy_cleanup(&copies);
 }

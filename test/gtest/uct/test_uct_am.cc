@@ -4,9 +4,10 @@
  * Point-to-point active messages through UCT's public API: am_short,
  * am_bcopy and am_zcopy of every size from 0 to the limits the interface
  * reports (0, 1, 8, 63, 64, 65, 4095, 4096, ..., max), delivered in order,
- * every byte checked; above UCX_REMAPRING_RX_INLINE (1 KiB) with
- * UCT_CB_PARAM_FLAG_DESC and a writable rx_headroom (0 and 64 bytes), below
- * it without (to be copied), for 4 KiB and 64 KiB blocks, over the shm and cma
+ * every byte checked; with UCT_CB_PARAM_FLAG_DESC and a writable
+ * rx_headroom (0 and 64 bytes) in place above UCX_REMAPRING_RX_INLINE
+ * (1 KiB) and out of a copy up to UCX_REMAPRING_RX_COPY (512 bytes), those
+ * between without (to be copied); for 4 KiB and 64 KiB blocks, over the shm and cma
  * wires; zcopy headers and iovs of every count; sizes above the limits are
  * refused; the capabilities match the settings.
  */
@@ -42,7 +43,8 @@ protected:
 
         m_headroom   = std::get<0>(GetParam());
         config_t cfg = {{"BLOCK_SIZE", std::get<1>(GetParam())},
-                        {"WIRE", std::get<2>(GetParam())}};
+                        {"WIRE", std::get<2>(GetParam())},
+                        {"RX_COPY", rx_copy() ? "512" : "0"}};
         m_sender     = create_entity(cfg);
         m_receiver   = create_entity(cfg, m_headroom);
         ASSERT_NE(nullptr, m_receiver);
@@ -104,9 +106,7 @@ protected:
     void check_rx(const rx_message &msg, size_t length, uint64_t seed,
                   size_t offset = 0)
     {
-        /* up to UCX_REMAPRING_RX_INLINE (1 KiB) to be copied, larger ones
-         * with a descriptor to keep */
-        EXPECT_EQ(length + offset > 1024,
+        EXPECT_EQ(with_desc(length + offset),
                   !!(msg.flags & UCT_CB_PARAM_FLAG_DESC))
                 << "length " << length + offset;
         ASSERT_EQ(length + offset, msg.data.size());
@@ -126,6 +126,21 @@ protected:
 
         fill_pattern(dest, pa->length, pa->seed);
         return pa->length;
+    }
+
+    /* UCX_REMAPRING_RX_COPY */
+    virtual bool rx_copy() const
+    {
+        return true;
+    }
+
+    /* Whether a message of @a length comes with a descriptor to keep: above
+     * UCX_REMAPRING_RX_INLINE (1 KiB) in place, up to UCX_REMAPRING_RX_COPY
+     * (512 bytes) out of a copy; those between, and with no copies all up
+     * to RX_INLINE, in place to be copied */
+    bool with_desc(size_t length) const
+    {
+        return (rx_copy() && (length <= 512)) || (length > 1024);
     }
 
     ssize_t send_bcopy(size_t length, uint64_t seed)
@@ -285,7 +300,7 @@ TEST_P(test_uct_am, zcopy_sizes)
 
     wait_rx(expected.size());
     for (const auto &exp : expected) {
-        EXPECT_EQ(exp.size() > 1024,
+        EXPECT_EQ(with_desc(exp.size()),
                   !!(m_rx.front().flags & UCT_CB_PARAM_FLAG_DESC));
         ASSERT_EQ(exp.size(), m_rx.front().data.size());
         EXPECT_TRUE(exp == m_rx.front().data)
@@ -407,6 +422,41 @@ INSTANTIATE_TEST_SUITE_P(
         testing::Combine(testing::Values(0u, 64u),
                          testing::Values("4k", "64k"),
                          testing::Values("shm", "cma")),
+        [](const testing::TestParamInfo<test_uct_am::ParamType> &info) {
+            return "hr" + std::to_string(std::get<0>(info.param)) + "_" +
+                   std::get<1>(info.param) + "_" + std::get<2>(info.param);
+        });
+
+/* UCX_REMAPRING_RX_COPY=0: up to RX_INLINE in place, to be copied */
+class test_uct_am_nocopy : public test_uct_am {
+protected:
+    bool rx_copy() const override
+    {
+        return false;
+    }
+};
+
+TEST_P(test_uct_am_nocopy, bcopy_sizes)
+{
+    std::vector<size_t> lengths = sizes(m_sender->attr.cap.am.max_bcopy);
+    uint64_t seed               = 200;
+
+    for (size_t length : lengths) {
+        ASSERT_EQ((ssize_t)length, send_bcopy(length, ++seed));
+    }
+
+    wait_rx(lengths.size());
+    seed = 200;
+    for (size_t length : lengths) {
+        check_rx(m_rx.front(), length, ++seed);
+        m_rx.pop_front();
+    }
+}
+
+INSTANTIATE_TEST_SUITE_P(
+        headroom_block_wire, test_uct_am_nocopy,
+        testing::Combine(testing::Values(0u, 64u), testing::Values("64k"),
+                         testing::Values("shm")),
         [](const testing::TestParamInfo<test_uct_am::ParamType> &info) {
             return "hr" + std::to_string(std::get<0>(info.param)) + "_" +
                    std::get<1>(info.param) + "_" + std::get<2>(info.param);

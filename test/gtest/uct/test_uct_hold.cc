@@ -8,6 +8,11 @@
  * small ring (4 KiB blocks, 4 slots) every held message stays intact until
  * released, and the ring never stalls while the pool can grow. Also: held
  * messages outlive their sender's endpoint.
+ *
+ * Small messages kept out of copies (UCX_REMAPRING_RX_INLINE at its 1 KiB,
+ * UCX_REMAPRING_RX_COPY=1k): the same checks, what the copies hold per kept
+ * byte, and delivery to be copied once the copies' share of POOL_MAX is in
+ * use.
  */
 
 #include "common/uct_fixture.h"
@@ -41,10 +46,7 @@ protected:
         }
 
         m_headroom = GetParam();
-        config_t cfg = {{"BLOCK_SIZE", "4k"},
-                        {"RING_SLOTS", "4"},
-                        {"CREDIT_BATCH", "1"},
-                        {"RX_INLINE", "0"}};
+        config_t cfg = config();
         m_sender   = create_entity(cfg);
         m_receiver = create_entity(cfg, m_headroom);
         ASSERT_NE(nullptr, m_receiver);
@@ -60,6 +62,15 @@ protected:
         uct_fixture::TearDown();
     }
 
+    /* every message in place, with a descriptor */
+    virtual config_t config() const
+    {
+        return {{"BLOCK_SIZE", "4k"},
+                {"RING_SLOTS", "4"},
+                {"CREDIT_BATCH", "1"},
+                {"RX_INLINE", "0"}};
+    }
+
     /* payload: 8-byte seed, then pattern(seed) */
     static ucs_status_t am_handler(void *arg, void *data, size_t length,
                                    unsigned flags)
@@ -67,7 +78,7 @@ protected:
         test_uct_hold *self = (test_uct_hold*)arg;
         uint64_t seed;
 
-        EXPECT_TRUE(flags & UCT_CB_PARAM_FLAG_DESC);
+        EXPECT_TRUE((flags & UCT_CB_PARAM_FLAG_DESC) || self->m_uncopied_ok);
         EXPECT_GE(length, sizeof(seed));
         memcpy(&seed, data, sizeof(seed));
         EXPECT_EQ(self->m_next_seed, seed) << "out of order";
@@ -76,6 +87,11 @@ protected:
                                     length - sizeof(seed), seed))
                 << "at delivery";
         ++self->m_received;
+
+        if (!(flags & UCT_CB_PARAM_FLAG_DESC)) {
+            ++self->m_uncopied; /* to be copied, not kept */
+            return UCS_OK;
+        }
 
         if (!self->m_keep(seed)) {
             return UCS_OK;
@@ -139,6 +155,8 @@ protected:
     size_t                       m_received  = 0;
     std::vector<held_message>    m_held;
     std::function<bool(uint64_t)> m_keep = [](uint64_t) { return false; };
+    bool                         m_uncopied_ok = false;
+    size_t                       m_uncopied    = 0;
 };
 
 
@@ -278,6 +296,166 @@ TEST_P(test_uct_hold, release_after_ep_destroy)
 }
 
 INSTANTIATE_TEST_SUITE_P(headroom, test_uct_hold, testing::Values(0u, 64u),
+                         [](const testing::TestParamInfo<unsigned> &info) {
+                             return "hr" + std::to_string(info.param);
+                         });
+
+
+/* Small messages kept out of copies: up to RX_INLINE (1 KiB) */
+class test_uct_hold_copies : public test_uct_hold {
+protected:
+    config_t config() const override
+    {
+        return {{"BLOCK_SIZE", "4k"},
+                {"RING_SLOTS", "4"},
+                {"CREDIT_BATCH", "1"},
+                {"RX_COPY", "1k"},
+                {"POOL_MAX", m_pool_max}};
+    }
+
+    /* What the copies memfds of this process ("memfd:remapring-copies")
+     * hold, and their sizes (the sender's hold nothing) */
+    static off_t copies_resident(off_t *size_p = nullptr)
+    {
+        off_t total = 0;
+        struct stat st;
+
+        for_each_fd([&](const char *path, const char *link) {
+            if ((strstr(link, "memfd:remapring-copies") != NULL) &&
+                (stat(path, &st) == 0)) {
+                total += st.st_blocks * 512;
+                if (size_p != nullptr) {
+                    *size_p = st.st_size;
+                }
+            }
+        });
+        return total;
+    }
+
+    /* Copies to a page for a payload of @a length (README, Memory): the
+     * headroom and a pointer, 16-byte aligned, then the payload, 16-byte
+     * aligned; a page holds as many as fit */
+    unsigned copies_per_page(size_t length) const
+    {
+        size_t offset = (m_headroom + sizeof(void*) + 15) & ~(size_t)15;
+
+        return 4096 / ((offset + length + 15) & ~(size_t)15);
+    }
+
+    std::string m_pool_max = "1g";
+};
+
+/* Hold a random half of small messages, release in random order: each
+ * stays intact in its copy, and the copies' memory follows what is kept */
+TEST_P(test_uct_hold_copies, random_release)
+{
+    const size_t count    = 20000;
+    const size_t max_held = 200;
+    std::mt19937_64 rng(GetParam() + 17);
+
+    m_keep = [&rng](uint64_t) { return (rng() % 2) == 0; };
+    for (uint64_t seed = 1; seed <= count; ++seed) {
+        ASSERT_EQ(UCS_OK, retry([&]() { return send(seed, rng() % 1000); }));
+        progress();
+        while (m_held.size() > max_held) {
+            release(rng() % m_held.size());
+        }
+    }
+    ASSERT_TRUE(wait_for([&]() { return m_received == count; }));
+    EXPECT_EQ(0u, m_uncopied);
+    /* 200 kept of at most 1 KiB and the receive headroom: less than a page
+     * each */
+    off_t kept = copies_resident();
+    printf("[ INFO     ] %zu kept: copies hold %.0f pages\n", m_held.size(),
+           kept / 4096.0);
+    EXPECT_GT(kept, 0);
+    EXPECT_LT(kept, (off_t)(m_held.size() * 4096));
+
+    std::shuffle(m_held.begin(), m_held.end(), rng);
+    release_all();
+    /* the empty pages go back, all but a few (8), from the receiver's
+     * periodic work */
+    ASSERT_TRUE(wait_for([&]() {
+        for (int i = 0; i < 4096; ++i) {
+            progress(); /* the periodic work comes every 65536 */
+        }
+        return copies_resident() <= 8 * 4096;
+    })) << copies_resident() / 4096 << " pages";
+}
+
+/* What kept 256-byte messages hold: with the headroom, their size rounded
+ * to a share of a page (15 copies of up to 272 bytes to a page without
+ * headroom, 12 of up to 336 with 64 bytes), not a buffer of the next size
+ * up */
+TEST_P(test_uct_hold_copies, right_sized)
+{
+    const size_t count = 2000, length = 256 - sizeof(uint64_t);
+
+    m_keep = [](uint64_t) { return true; };
+    for (uint64_t seed = 1; seed <= count; ++seed) {
+        ASSERT_EQ(UCS_OK, retry([&]() { return send(seed, length); }));
+        progress();
+    }
+    ASSERT_TRUE(wait_for([&]() { return m_received == count; }));
+    ASSERT_EQ(count, m_held.size());
+    EXPECT_EQ(0u, m_uncopied);
+
+    double per_byte = (double)copies_resident() / (count * 256.0);
+    printf("[ INFO     ] %zu kept of 256 bytes: %.2f bytes held per byte\n",
+           count, per_byte);
+    EXPECT_LE(per_byte, 1.5);
+    release_all();
+}
+
+/* The smallest pool: copies get a quarter of it, 4 KiB, one page */
+class test_uct_hold_copies_small : public test_uct_hold_copies {
+public:
+    test_uct_hold_copies_small()
+    {
+        m_pool_max = "16k";
+    }
+};
+
+/* Past the copies' share of POOL_MAX, small messages are delivered to be
+ * copied, none lost; once copies are given back, they come out of copies
+ * again */
+TEST_P(test_uct_hold_copies_small, exhausted)
+{
+    const size_t length = 500;
+    const ucs_status_t expect_ok = UCS_OK;
+    const unsigned per_page = copies_per_page(sizeof(uint64_t) + length);
+    off_t size = 0;
+
+    copies_resident(&size);
+    ASSERT_EQ(4096, size);
+    ASSERT_GT(per_page, 1u);
+    m_uncopied_ok = true;
+    m_keep        = [](uint64_t) { return true; };
+    for (uint64_t seed = 1; seed <= 40; ++seed) {
+        ASSERT_EQ(expect_ok, retry([&]() { return send(seed, length); }));
+    }
+    ASSERT_TRUE(wait_for([&]() { return m_received == 40; }));
+    EXPECT_EQ(per_page, m_held.size());
+    EXPECT_EQ(40u - per_page, m_uncopied);
+
+    release_all();
+    m_uncopied = 0;
+    for (uint64_t seed = 41; seed <= 40 + per_page; ++seed) {
+        ASSERT_EQ(expect_ok, retry([&]() { return send(seed, length); }));
+    }
+    ASSERT_TRUE(wait_for([&]() { return m_received == 40 + per_page; }));
+    EXPECT_EQ(per_page, m_held.size());
+    EXPECT_EQ(0u, m_uncopied);
+}
+
+INSTANTIATE_TEST_SUITE_P(headroom, test_uct_hold_copies_small,
+                         testing::Values(0u, 64u),
+                         [](const testing::TestParamInfo<unsigned> &info) {
+                             return "hr" + std::to_string(info.param);
+                         });
+
+INSTANTIATE_TEST_SUITE_P(headroom, test_uct_hold_copies,
+                         testing::Values(0u, 64u),
                          [](const testing::TestParamInfo<unsigned> &info) {
                              return "hr" + std::to_string(info.param);
                          });

@@ -450,7 +450,8 @@ protected:
         return ((test_uct_hostile_sender*)arg)->on_am(data, length, flags);
     }
 
-    /* Where the receiver's pool memfd is mapped in this process */
+    /* Where the receiver's pool memfd, and the copies of small messages,
+     * are mapped in this process */
     void read_pool_ranges()
     {
         char line[512];
@@ -463,13 +464,16 @@ protected:
             char perms[8], dev[16];
             if ((sscanf(line, "%lx-%lx %7s %lx %15s %lu", &start, &end, perms,
                         &offset, dev, &ino) == 6) &&
-                (ino == m_pool_ino) && (strstr(line, "memfd:") != nullptr)) {
+                (((ino == m_pool_ino) &&
+                  (strstr(line, "memfd:") != nullptr)) ||
+                 (strstr(line, "memfd:remapring-copies") != nullptr))) {
                 m_pool_ranges.push_back({start, end});
             }
         }
         fclose(f);
     }
 
+    /* In the receiver's pool, or in copies of small messages */
     bool in_pool(const void *ptr, size_t length)
     {
         uintptr_t start = (uintptr_t)ptr, end = start + length;

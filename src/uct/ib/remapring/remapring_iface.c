@@ -158,6 +158,19 @@ static ucs_config_field_t uct_remapring_iface_config_table[] = {
      ucs_offsetof(uct_remapring_iface_config_t, rx_inline),
      UCS_CONFIG_TYPE_MEMUNITS},
 
+    {"RX_COPY", "512",
+     "Largest message delivered out of a right-sized copy the upper layer\n"
+     "may keep, rather than in place to be copied by it (at most RX_INLINE;\n"
+     "0: none): a kept small message then costs its size rounded to a share\n"
+     "of a page (a page of copies holds copies of one size), not the upper\n"
+     "layer's buffer of the next size it has (UCP's default sizes are 64\n"
+     "bytes and 1 KiB). Copying reads the message: above 512 bytes a UCT\n"
+     "ping-pong whose handler reads nothing fell behind posix's (README,\n"
+     "Memory). Copies take at most a quarter of POOL_MAX; past that,\n"
+     "messages are delivered in place to be copied.",
+     ucs_offsetof(uct_remapring_iface_config_t, rx_copy),
+     UCS_CONFIG_TYPE_MEMUNITS},
+
     {"MAX_SHORT", "2k",
      "Largest payload of an active message sent with am_short (8 bytes of\n"
      "header included); at most half of BLOCK_SIZE.",
@@ -526,6 +539,16 @@ static void uct_remapring_iface_release_desc(uct_recv_desc_t *self,
                                                     rx.release_desc);
 
     uct_remapring_ring_release(iface->rx.pool, desc);
+}
+
+static void uct_remapring_iface_release_copy(uct_recv_desc_t *self,
+                                             void *desc)
+{
+    uct_remapring_iface_t *iface = ucs_container_of(self,
+                                                    uct_remapring_iface_t,
+                                                    rx.copy_release_desc);
+
+    uct_remapring_copy_put(&iface->rx.copies, desc);
 }
 
 /* ------------------------------------------------------------ receive side */
@@ -949,13 +972,37 @@ uct_remapring_rx_pool_pressed(uct_remapring_iface_t *iface)
            uct_remapring_pool_attached(iface->rx.pool);
 }
 
+/* Copy inline record @a rx's payload to @a dest, in a copy. A small one in
+ * 16-byte pieces, up to the 16-byte boundary past it, without a call: the
+ * payload starts 16 bytes into its record, which ends on a 64-byte
+ * boundary, and a copy has room up to the 16-byte boundary past the payload
+ * when the payload is 16-byte aligned in it */
+static UCS_F_ALWAYS_INLINE void
+uct_remapring_rx_copy(const uct_remapring_iface_t *iface, void *dest,
+                      const uct_remapring_ring_rx_t *rx)
+{
+    size_t offset;
+
+    if ((rx->length > 64) ||
+        (iface->rx.copy_offset % UCT_REMAPRING_COPY_ALIGN)) {
+        memcpy(dest, rx->payload, rx->length);
+        return;
+    }
+
+    for (offset = 0; offset < rx->length; offset += 16) {
+        memcpy(UCS_PTR_BYTE_OFFSET(dest, offset),
+               UCS_PTR_BYTE_OFFSET(rx->payload, offset), 16);
+    }
+}
+
 unsigned uct_remapring_iface_rx_ring(uct_remapring_iface_t *iface,
                                      uct_remapring_ring_t *ring,
                                      int *failed_p)
 {
     uct_remapring_ring_rx_t rx;
     ucs_status_t status;
-    unsigned count;
+    void *copy, *payload;
+    unsigned count, copy_class;
 
     for (count = 0; count < UCT_REMAPRING_RX_BURST; ++count) {
         status = uct_remapring_ring_poll(ring, &rx);
@@ -973,11 +1020,33 @@ unsigned uct_remapring_iface_rx_ring(uct_remapring_iface_t *iface,
 
         uct_iface_trace_am(&iface->super, UCT_AM_TRACE_TYPE_RECV, rx.am_id,
                            rx.payload, rx.length, "RX: AM");
+        if (rx.is_inline && (rx.length <= iface->rx.copy_max) &&
+            ((copy = uct_remapring_copy_spare(&iface->rx.copies,
+                                              iface->rx.copy_offset +
+                                                      rx.length,
+                                              &copy_class)) != NULL)) {
+            /* a small message out of a right-sized copy the upper layer
+             * may keep: it never holds ring memory, nor a buffer of the
+             * upper layer's next size */
+            payload = UCS_PTR_BYTE_OFFSET(copy, iface->rx.copy_offset);
+            uct_recv_desc(UCS_PTR_BYTE_OFFSET(payload,
+                                              -(ptrdiff_t)iface->rx.rx_headroom))
+                    = &iface->rx.copy_release_desc;
+            uct_remapring_rx_copy(iface, payload, &rx);
+            uct_remapring_ring_consume(ring, &rx, 0);
+            status = uct_iface_invoke_am(&iface->super, rx.am_id, payload,
+                                         rx.length, UCT_CB_PARAM_FLAG_DESC);
+            if (status == UCS_INPROGRESS) {
+                uct_remapring_copy_keep(&iface->rx.copies, copy_class);
+            }
+            continue;
+        }
+
         if (rx.is_inline || uct_remapring_rx_pool_pressed(iface)) {
-            /* a small message is delivered in place to be copied, as the
-             * data inline in UCX's shared memory FIFOs: it never holds
-             * ring memory; so is every message while the pool is nearly
-             * full, so that holds cannot stop the senders */
+            /* a small message with no copy, and every message while the
+             * pool is nearly full (so that holds cannot stop the senders),
+             * in place to be copied, as the data inline in UCX's shared
+             * memory FIFOs: it never holds ring memory */
             uct_iface_invoke_am(&iface->super, rx.am_id, rx.payload,
                                 rx.length, 0);
             uct_remapring_ring_consume(ring, &rx, 0);
@@ -1109,6 +1178,7 @@ static UCS_F_NOINLINE void uct_remapring_iface_check(uct_remapring_iface_t *ifac
 {
     iface->progress_calls = 0;
     uct_remapring_pool_punch_aged(iface->rx.pool);
+    uct_remapring_copy_trim(&iface->rx.copies);
     if (iface->rx.rx_conns != NULL) {
         uct_remapring_rx_check_offers(iface);
     }
@@ -1414,6 +1484,7 @@ static UCS_CLASS_INIT_FUNC(uct_remapring_iface_t, uct_md_h md,
     self->rx.max_payload     = uct_remapring_ring_max_payload(
                                        config->block_size, &self->rx.layout);
     self->rx.release_desc.cb = uct_remapring_iface_release_desc;
+    self->rx.copy_release_desc.cb = uct_remapring_iface_release_copy;
     self->tx.wire            = config->wire;
     self->tx.dispatching     = NULL;
     self->tx.nerrs_queued    = 0;
@@ -1475,6 +1546,26 @@ static UCS_CLASS_INIT_FUNC(uct_remapring_iface_t, uct_md_h md,
         goto err_verbs;
     }
 
+    /* copies of small messages: the payload after the upper layer's
+     * headroom and our release descriptor, aligned as asked (copies are
+     * 16-byte aligned: a larger alignment has none) */
+    self->rx.copy_max    = ucs_min(config->rx_copy, config->rx_inline);
+    self->rx.copy_offset = ((self->rx.copy_max > 0) &&
+                            (align <= UCT_REMAPRING_COPY_ALIGN)) ?
+                           (ucs_align_up(self->rx.headroom + align_offset,
+                                         ucs_max(align,
+                                                 (unsigned)UCT_REMAPRING_RING_PAYLOAD_ALIGN)) -
+                            align_offset) : 0;
+    status = uct_remapring_copy_init(&self->rx.copies, "remapring-copies",
+                                     (self->rx.copy_offset == 0) ? 0 :
+                                     (config->pool_max == UCS_MEMUNITS_INF) ?
+                                     UCT_REMAPRING_COPY_SPACE_MAX :
+                                     ucs_min(config->pool_max / 4,
+                                             UCT_REMAPRING_COPY_SPACE_MAX));
+    if (status != UCS_OK) {
+        goto err_pool;
+    }
+
     /* a verbs interface's connections come from its connection manager */
     self->rx.rx_conns = (self->verbs != NULL) ? NULL :
                         ucs_calloc(config->max_peers,
@@ -1484,7 +1575,7 @@ static UCS_CLASS_INIT_FUNC(uct_remapring_iface_t, uct_md_h md,
         ucs_error("remapring: failed to allocate %u connections",
                   config->max_peers);
         status = UCS_ERR_NO_MEMORY;
-        goto err_pool;
+        goto err_copies;
     }
 
     for (index = 0; (self->verbs == NULL) && (index < config->max_peers);
@@ -1538,6 +1629,8 @@ err_bounce:
     ucs_munmap(self->tx.bounce, self->tx.max_bcopy);
 err_conns:
     ucs_free(self->rx.rx_conns);
+err_copies:
+    uct_remapring_copy_cleanup(&self->rx.copies);
 err_pool:
     uct_remapring_pool_destroy(self->rx.pool);
 err_verbs:
@@ -1586,6 +1679,7 @@ static UCS_CLASS_CLEANUP_FUNC(uct_remapring_iface_t)
 
     ucs_munmap(self->tx.bounce, self->tx.max_bcopy);
     ucs_free(self->rx.rx_conns);
+    uct_remapring_copy_cleanup(&self->rx.copies);
     uct_remapring_pool_destroy(self->rx.pool);
     uct_remapring_watch_cleanup(&self->watch);
     kh_destroy_inplace(uct_remapring_peers, &self->tx.peers);

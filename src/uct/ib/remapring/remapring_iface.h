@@ -10,6 +10,7 @@
 
 #include <uct/base/uct_iface.h>
 #include <uct/ib/remapring/ring.h>
+#include <uct/ib/remapring/ring_copy.h>
 #include <ucs/datastruct/arbiter.h>
 #include <ucs/datastruct/khash.h>
 #include <ucs/datastruct/list.h>
@@ -35,6 +36,9 @@ typedef enum {
 /** Address space of one receive pool, at most */
 #define UCT_REMAPRING_POOL_SPACE_MAX (64ull << 30)
 
+/** Most address space for copies of small messages (ring_copy.h) */
+#define UCT_REMAPRING_COPY_SPACE_MAX (1ull << 30)
+
 /** The headroom in front of a payload that sizes the largest message an
  *  interface sends: every receiver with at most this much takes it */
 #define UCT_REMAPRING_HEADROOM_MAX  256
@@ -58,6 +62,8 @@ typedef struct uct_remapring_iface_config {
     unsigned                  max_peers;    /* senders one iface accepts */
     size_t                    max_short;    /* largest am_short payload */
     size_t                    rx_inline;    /* delivered to be copied */
+    size_t                    rx_copy;      /* ... out of a copy it may
+                                               keep, up to */
     unsigned                  fold_pages;   /* kept pages folded, at most */
     double                    bandwidth;    /* reported to UCP, or auto */
     ucs_time_t                latency;      /* reported to UCP, or auto */
@@ -125,6 +131,11 @@ struct uct_remapring_iface {
         unsigned                 noffered;   /* rings made in advance */
         unsigned                 offer_cursor; /* where to look for more */
         uct_recv_desc_t          release_desc;
+        uct_recv_desc_t          copy_release_desc; /* of copies */
+        uct_remapring_copies_t   copies;     /* small messages, copied */
+        unsigned                 copy_offset; /* of the payload in a copy,
+                                                 0: no copies */
+        size_t                   copy_max;    /* largest message copied */
         unsigned                 rx_headroom;
         unsigned                 credit_batch;
         unsigned                 idle_slots;

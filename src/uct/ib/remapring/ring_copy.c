@@ -1,0 +1,326 @@
+/**
+ * Copyright (c) remapring contributors. See file LICENSE for terms.
+ */
+
+#ifndef _GNU_SOURCE
+#define _GNU_SOURCE
+#endif
+
+#include <uct/ib/remapring/ring_copy.h>
+
+#include <ucs/debug/log_def.h>
+#include <ucs/sys/math.h>
+
+#include <fcntl.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+
+ucs_status_t uct_remapring_copy_init(uct_remapring_copies_t *copies,
+                                     const char *name, size_t max_bytes)
+{
+    size_t page_size = sysconf(_SC_PAGESIZE);
+    size_t npages    = max_bytes / page_size;
+    unsigned n;
+
+    memset(copies, 0, sizeof(*copies));
+    copies->fd         = -1;
+    copies->page_shift = __builtin_ctzl(page_size);
+    copies->empty      = UCT_REMAPRING_COPY_NONE;
+    copies->empty_tail = UCT_REMAPRING_COPY_NONE;
+    copies->clean      = UCT_REMAPRING_COPY_NONE;
+    for (n = 0; n <= UCT_REMAPRING_COPY_CLASSES; ++n) {
+        copies->open[n] = UCT_REMAPRING_COPY_NONE;
+    }
+
+    if ((npages == 0) || (npages >= UCT_REMAPRING_COPY_NONE) ||
+        (page_size / UCT_REMAPRING_COPY_ALIGN > UCT_REMAPRING_COPY_CLASSES)) {
+        return UCS_OK; /* none: every get finds no element */
+    }
+
+    /* the class of each size: as many to a page as fit; and their sizes */
+    for (n = 1; n <= UCT_REMAPRING_COPY_CLASSES; ++n) {
+        copies->class_of[n]  = ucs_min(page_size /
+                                               (n * UCT_REMAPRING_COPY_ALIGN),
+                                       UCT_REMAPRING_COPY_CLASSES);
+        copies->elem_size[n] = (page_size / n) &
+                               ~(size_t)(UCT_REMAPRING_COPY_ALIGN - 1);
+    }
+
+    /* a sparse memfd: a page holds memory once written, until punched */
+    copies->fd = memfd_create(name, MFD_CLOEXEC);
+    if (copies->fd < 0) {
+        ucs_error("copies: memfd_create(%s) failed: %m", name);
+        return UCS_ERR_NO_MEMORY;
+    }
+
+    if (ftruncate(copies->fd, npages * page_size) != 0) {
+        ucs_error("copies: ftruncate(%zu) failed: %m", npages * page_size);
+        goto err_close;
+    }
+
+    copies->base = mmap(NULL, npages * page_size, PROT_READ | PROT_WRITE,
+                        MAP_SHARED, copies->fd, 0);
+    if (copies->base == MAP_FAILED) {
+        ucs_error("copies: failed to map %zu bytes: %m", npages * page_size);
+        goto err_close;
+    }
+
+    copies->pages = mmap(NULL, npages * sizeof(*copies->pages),
+                         PROT_READ | PROT_WRITE,
+                         MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    if (copies->pages == MAP_FAILED) {
+        ucs_error("copies: failed to map %zu bytes of page state: %m",
+                  npages * sizeof(*copies->pages));
+        munmap(copies->base, npages * page_size);
+        goto err_close;
+    }
+
+    copies->max_bytes = npages * page_size;
+    return UCS_OK;
+
+err_close:
+    close(copies->fd);
+    copies->fd    = -1;
+    copies->base  = NULL;
+    copies->pages = NULL;
+    return UCS_ERR_NO_MEMORY;
+}
+
+void uct_remapring_copy_cleanup(uct_remapring_copies_t *copies)
+{
+    if (copies->base == NULL) {
+        return;
+    }
+
+    munmap(copies->pages,
+           (copies->max_bytes >> copies->page_shift) * sizeof(*copies->pages));
+    munmap(copies->base, copies->max_bytes);
+    close(copies->fd);
+    copies->fd        = -1;
+    copies->base      = NULL;
+    copies->pages     = NULL;
+    copies->max_bytes = 0;
+}
+
+static inline char *
+uct_remapring_copy_page_addr(const uct_remapring_copies_t *copies,
+                             uint32_t index)
+{
+    return copies->base + ((size_t)index << copies->page_shift);
+}
+
+/* Page @a index of class @a n gets a free element: onto the head of its
+ * class's open list */
+static void uct_remapring_copy_open_push(uct_remapring_copies_t *copies,
+                                         uint32_t index, unsigned n)
+{
+    uct_remapring_copy_page_t *page = &copies->pages[index];
+
+    page->prev = UCT_REMAPRING_COPY_NONE;
+    page->next = copies->open[n];
+    if (page->next != UCT_REMAPRING_COPY_NONE) {
+        copies->pages[page->next].prev = index;
+    }
+    copies->open[n] = index;
+}
+
+static void uct_remapring_copy_open_del(uct_remapring_copies_t *copies,
+                                        uint32_t index, unsigned n)
+{
+    uct_remapring_copy_page_t *page = &copies->pages[index];
+
+    if (page->prev == UCT_REMAPRING_COPY_NONE) {
+        copies->open[n] = page->next;
+    } else {
+        copies->pages[page->prev].next = page->next;
+    }
+    if (page->next != UCT_REMAPRING_COPY_NONE) {
+        copies->pages[page->next].prev = page->prev;
+    }
+}
+
+/* A page for class @a n: an empty resident one, the latest first; else one
+ * given back; else a new one. NONE if max_bytes are in use. */
+static uint32_t uct_remapring_copy_page_new(uct_remapring_copies_t *copies,
+                                            unsigned n)
+{
+    uct_remapring_copy_page_t *page;
+    uint32_t index;
+
+    if (copies->empty != UCT_REMAPRING_COPY_NONE) {
+        index         = copies->empty;
+        copies->empty = copies->pages[index].next;
+        if (copies->empty == UCT_REMAPRING_COPY_NONE) {
+            copies->empty_tail = UCT_REMAPRING_COPY_NONE;
+        } else {
+            copies->pages[copies->empty].prev = UCT_REMAPRING_COPY_NONE;
+        }
+        --copies->nempty;
+    } else if (copies->clean != UCT_REMAPRING_COPY_NONE) {
+        index         = copies->clean;
+        copies->clean = copies->pages[index].next;
+        ++copies->resident_pages;
+    } else if ((((size_t)copies->npages + 1) << copies->page_shift) <=
+               copies->max_bytes) {
+        index = copies->npages++;
+        ++copies->resident_pages;
+    } else {
+        return UCT_REMAPRING_COPY_NONE;
+    }
+
+    page         = &copies->pages[index];
+    page->nelems = n;
+    page->nfree  = n;
+    page->bump   = 0;
+    page->free   = 0;
+    uct_remapring_copy_open_push(copies, index, n);
+    return index;
+}
+
+void *uct_remapring_copy_get(uct_remapring_copies_t *copies, size_t size)
+{
+    unsigned n = uct_remapring_copy_class(copies, size);
+    uct_remapring_copy_page_t *page;
+    uint32_t index;
+    unsigned elem;
+    char *addr;
+
+    if ((n == 0) || (copies->base == NULL)) {
+        return NULL;
+    }
+
+    index = copies->open[n];
+    if (ucs_unlikely(index == UCT_REMAPRING_COPY_NONE)) {
+        index = uct_remapring_copy_page_new(copies, n);
+        if (index == UCT_REMAPRING_COPY_NONE) {
+            return NULL;
+        }
+    }
+
+    page = &copies->pages[index];
+    addr = uct_remapring_copy_page_addr(copies, index);
+    if (page->free != 0) {
+        elem       = page->free - 1;
+        page->free = *(uint16_t*)(addr + elem * copies->elem_size[n]);
+    } else {
+        elem = page->bump++;
+    }
+
+    if (--page->nfree == 0) {
+        uct_remapring_copy_open_del(copies, index, n);
+    }
+    ++copies->nelems_used;
+    return addr + elem * copies->elem_size[n];
+}
+
+void *uct_remapring_copy_spare_get(uct_remapring_copies_t *copies,
+                                   unsigned n)
+{
+    copies->spare[n] = uct_remapring_copy_get(
+            copies, (size_t)copies->elem_size[n]);
+    return copies->spare[n];
+}
+
+/* Empty page @a index leaves the open list of class @a n: to the head of the
+ * empty list, reused first while warm */
+static void uct_remapring_copy_empty_push(uct_remapring_copies_t *copies,
+                                          uint32_t index, unsigned n)
+{
+    uct_remapring_copy_page_t *page = &copies->pages[index];
+
+    uct_remapring_copy_open_del(copies, index, n);
+    page->nelems = 0;
+    page->prev   = UCT_REMAPRING_COPY_NONE;
+    page->next   = copies->empty;
+    if (copies->empty == UCT_REMAPRING_COPY_NONE) {
+        copies->empty_tail = index;
+    } else {
+        copies->pages[copies->empty].prev = index;
+    }
+    copies->empty = index;
+    ++copies->nempty;
+}
+
+void uct_remapring_copy_put(uct_remapring_copies_t *copies, void *addr)
+{
+    size_t offset = (char*)addr - copies->base;
+    uint32_t index;
+    uct_remapring_copy_page_t *page;
+    size_t elem_size;
+    unsigned n, elem;
+
+    if (ucs_unlikely(offset >= copies->max_bytes)) {
+        goto err;
+    }
+
+    index = offset >> copies->page_shift;
+    page  = &copies->pages[index];
+    n     = page->nelems;
+    if (ucs_unlikely((n == 0) || (page->nfree >= n))) {
+        goto err;
+    }
+
+    elem_size = copies->elem_size[n];
+    elem      = (offset & ((1ul << copies->page_shift) - 1)) / elem_size;
+
+    *(uint16_t*)(uct_remapring_copy_page_addr(copies, index) +
+                 elem * elem_size) = page->free;
+    page->free = elem + 1;
+    --copies->nelems_used;
+    if (page->nfree++ == 0) {
+        uct_remapring_copy_open_push(copies, index, n);
+    }
+    if ((page->nfree < n) || ((copies->open[n] == index) &&
+                              (page->next == UCT_REMAPRING_COPY_NONE))) {
+        return; /* in use, or its class's last open page */
+    }
+
+    uct_remapring_copy_empty_push(copies, index, n);
+    return;
+
+err:
+    ucs_error("copies %p: %p is not a copy in use", copies, addr);
+}
+
+void uct_remapring_copy_trim(uct_remapring_copies_t *copies)
+{
+    uint32_t index;
+    unsigned n;
+
+    if (copies->base == NULL) {
+        return;
+    }
+
+    /* spares back, and the pages of classes that emptied */
+    for (n = 1; n <= UCT_REMAPRING_COPY_CLASSES; ++n) {
+        if (copies->spare[n] != NULL) {
+            uct_remapring_copy_put(copies, copies->spare[n]);
+            copies->spare[n] = NULL;
+        }
+        index = copies->open[n];
+        if ((index != UCT_REMAPRING_COPY_NONE) &&
+            (copies->pages[index].nfree == copies->pages[index].nelems)) {
+            uct_remapring_copy_empty_push(copies, index, n);
+        }
+    }
+
+    while (copies->nempty > UCT_REMAPRING_COPY_KEEP) {
+        /* the one empty longest */
+        index              = copies->empty_tail;
+        copies->empty_tail = copies->pages[index].prev;
+        copies->pages[copies->empty_tail].next = UCT_REMAPRING_COPY_NONE;
+        --copies->nempty;
+
+        /* failure only costs memory: the page stays resident */
+        if (fallocate(copies->fd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE,
+                      (off_t)index << copies->page_shift,
+                      1l << copies->page_shift) != 0) {
+            ucs_debug("copies: giving back page %u failed: %m", index);
+        }
+        copies->pages[index].next = copies->clean;
+        copies->clean             = index;
+        --copies->resident_pages;
+    }
+}
