@@ -32,7 +32,10 @@
  *
  * What must hold, besides no crash and no sanitizer report:
  * - every message delivered has its payload inside a block of the
- *   receiver's pool (its CPU view) that backs one of its rings;
+ *   receiver's pool (its CPU view) that backs one of its rings, or, up to
+ *   UCX_REMAPRING_RX_COPY, inside one copy of the receiver's copies (the
+ *   honest sender sends larger messages where there are copies, so that
+ *   the copies are the hostile sender's);
  * - the honest sender's messages whose send returned UCS_OK all arrive, in
  *   order and byte-exact, once the scribbling stopped and the receiver got
  *   a bounded number of progress calls to drain them (and its connection
@@ -98,6 +101,7 @@ typedef struct {
     void *desc;
     int honest;
     uint32_t seq;
+    int copy; /* in the receiver's copies */
 } fuzz_held_t;
 
 static fuzz_uct_t base; /* the shm sender, and the domain and worker */
@@ -220,7 +224,9 @@ static void fuzz_send(fuzz_input_t *in, uct_ep_h ep, const fuzz_iface_t *tx)
     uint8_t kind  = fuzz_u8(in);
     size_t max    = (kind & 1) ? tx->attr.cap.am.max_bcopy :
                                  tx->attr.cap.am.max_short;
-    size_t length = sizeof(uint64_t) + (fuzz_u16(in) % (max - 7));
+    /* above the copies: a copy does not say which ring it came from */
+    size_t least  = ucs_max(sizeof(uint64_t), rx->rx.copy_max + 1);
+    size_t length;
     fuzz_pack_arg_t pack;
     ucs_status_t status;
     ssize_t packed;
@@ -228,6 +234,9 @@ static void fuzz_send(fuzz_input_t *in, uct_ep_h ep, const fuzz_iface_t *tx)
     if (nsent == FUZZ_MAX_SENT) {
         return;
     }
+
+    FUZZ_CHECK(least <= max);
+    length = least + (fuzz_u16(in) % (max - least + 1));
 
     if (kind & 1) {
         pack.seq    = nsent;
@@ -249,6 +258,33 @@ static void fuzz_send(fuzz_input_t *in, uct_ep_h ep, const fuzz_iface_t *tx)
 
 /* ------------------------------------------------------------- receiver */
 
+/* Whether [data, + length) is in the receiver's copies; then it must lie in
+ * one copy, after the headroom and the release pointer */
+static int fuzz_in_copies(const void *data, size_t length)
+{
+    const uct_remapring_copies_t *copies = &rx->rx.copies;
+    size_t offset = (const char *)data - copies->base;
+    size_t page_size, elem_size, start;
+    const uct_remapring_copy_page_t *page;
+
+    if ((copies->base == NULL) || (offset >= copies->max_bytes)) {
+        return 0;
+    }
+
+    /* the copy starts copy_offset before the payload (a payload of 0
+     * bytes may end its copy) */
+    FUZZ_CHECK(offset >= rx->rx.copy_offset);
+    start     = offset - rx->rx.copy_offset;
+    page_size = 1ul << copies->page_shift;
+    page      = &copies->pages[start >> copies->page_shift];
+    FUZZ_CHECK(page->nelems > 0);
+    FUZZ_CHECK(length <= rx->rx.copy_max);
+    elem_size = copies->elem_size[page->nelems];
+    FUZZ_CHECK((start & (page_size - 1)) % elem_size == 0);
+    FUZZ_CHECK(rx->rx.copy_offset + length <= elem_size);
+    return 1;
+}
+
 static ucs_status_t
 fuzz_am_handler(void *arg, void *data, size_t length, unsigned flags)
 {
@@ -257,6 +293,22 @@ fuzz_am_handler(void *arg, void *data, size_t length, unsigned flags)
     uct_remapring_pool_block_t *b;
     uint32_t block;
     int honest;
+
+    if (fuzz_in_copies(data, length)) {
+        /* the hostile sender's (the honest one's are larger): read it all,
+         * keep it at times */
+        FUZZ_CHECK(flags & UCT_CB_PARAM_FLAG_DESC);
+        fuzz_read_all(data, length);
+        if ((nheld == FUZZ_MAX_HELD) || !(hold_mode & 2)) {
+            return UCS_OK;
+        }
+
+        held[nheld].desc   = (char *)data - FUZZ_UCT_RX_HEADROOM;
+        held[nheld].honest = 0;
+        held[nheld].copy   = 1;
+        ++nheld;
+        return UCS_INPROGRESS;
+    }
 
     /* inside one block of the pool, which backs a ring of this receiver */
     block = uct_remapring_pool_block_of(pool, data);
@@ -288,6 +340,7 @@ fuzz_am_handler(void *arg, void *data, size_t length, unsigned flags)
     held[nheld].desc   = (char *)data - FUZZ_UCT_RX_HEADROOM;
     held[nheld].honest = honest;
     held[nheld].seq    = ndelivered - 1;
+    held[nheld].copy   = 0;
     ++nheld;
     return UCS_INPROGRESS;
 }
@@ -301,6 +354,9 @@ static void fuzz_release(unsigned i)
         /* never overwritten while held */
         fuzz_check_honest((uint8_t *)h.desc + FUZZ_UCT_RX_HEADROOM,
                           sent_length[h.seq], h.seq);
+        uct_iface_release_desc(h.desc);
+    } else if (h.copy) {
+        /* in the receiver's memory: its descriptor pointer too */
         uct_iface_release_desc(h.desc);
     } else {
         rx->rx.release_desc.cb(&rx->rx.release_desc, h.desc);

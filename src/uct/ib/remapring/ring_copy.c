@@ -179,17 +179,14 @@ static uint32_t uct_remapring_copy_page_new(uct_remapring_copies_t *copies,
     return index;
 }
 
-void *uct_remapring_copy_get(uct_remapring_copies_t *copies, size_t size)
+/* An element of class @a n (not 0), or NULL */
+static void *
+uct_remapring_copy_get_class(uct_remapring_copies_t *copies, unsigned n)
 {
-    unsigned n = uct_remapring_copy_class(copies, size);
     uct_remapring_copy_page_t *page;
     uint32_t index;
     unsigned elem;
     char *addr;
-
-    if ((n == 0) || (copies->base == NULL)) {
-        return NULL;
-    }
 
     index = copies->open[n];
     if (ucs_unlikely(index == UCT_REMAPRING_COPY_NONE)) {
@@ -215,11 +212,25 @@ void *uct_remapring_copy_get(uct_remapring_copies_t *copies, size_t size)
     return addr + elem * copies->elem_size[n];
 }
 
+void *uct_remapring_copy_get(uct_remapring_copies_t *copies, size_t size)
+{
+    unsigned n = uct_remapring_copy_class(copies, size);
+
+    if ((n == 0) || (copies->base == NULL)) {
+        return NULL;
+    }
+
+    return uct_remapring_copy_get_class(copies, n);
+}
+
 void *uct_remapring_copy_spare_get(uct_remapring_copies_t *copies,
                                    unsigned n)
 {
-    copies->spare[n] = uct_remapring_copy_get(
-            copies, (size_t)copies->elem_size[n]);
+    if (copies->base == NULL) {
+        return NULL;
+    }
+
+    copies->spare[n] = uct_remapring_copy_get_class(copies, n);
     return copies->spare[n];
 }
 
