@@ -2374,9 +2374,24 @@ TEST(test_ring_copy, random_get_put)
         uct_remapring_copy_put(&copies, t.addr);
     }
     EXPECT_EQ(0u, copies.nelems_used);
+    /* a trim gives back what the list did not need since the one before */
+    uct_remapring_copy_trim(&copies);
     uct_remapring_copy_trim(&copies);
     ASSERT_EQ(0, fstat(copies.fd, &st));
     EXPECT_LE(st.st_blocks * 512, UCT_REMAPRING_COPY_KEEP * 4096);
+    EXPECT_EQ((uint64_t)UCT_REMAPRING_COPY_KEEP, copies.resident_pages);
+
+    /* pages taken again between two trims stay */
+    std::vector<void*> again;
+    for (unsigned i = 0; i < 4 * 16; ++i) {
+        again.push_back(uct_remapring_copy_get(&copies, 1000)); /* 4/page */
+    }
+    for (void *e : again) {
+        uct_remapring_copy_put(&copies, e);
+    }
+    uct_remapring_copy_trim(&copies);
+    EXPECT_EQ(16u, copies.resident_pages);
+    uct_remapring_copy_trim(&copies);
     EXPECT_EQ((uint64_t)UCT_REMAPRING_COPY_KEEP, copies.resident_pages);
     uct_remapring_copy_cleanup(&copies);
 }

@@ -46,6 +46,10 @@ ucs_status_t uct_remapring_copy_init(uct_remapring_copies_t *copies,
                                        UCT_REMAPRING_COPY_CLASSES);
         copies->elem_size[n] = (page_size / n) &
                                ~(size_t)(UCT_REMAPRING_COPY_ALIGN - 1);
+        /* exact for offsets in a page: the error, below the size, times
+         * an offset stays below 2^32 */
+        copies->elem_recip[n] = (uint32_t)((UINT64_C(1) << 32) /
+                                           copies->elem_size[n]) + 1;
     }
 
     /* a sparse memfd: a page holds memory once written, until punched */
@@ -158,6 +162,7 @@ static uint32_t uct_remapring_copy_page_new(uct_remapring_copies_t *copies,
             copies->pages[copies->empty].prev = UCT_REMAPRING_COPY_NONE;
         }
         --copies->nempty;
+        copies->nempty_low = ucs_min(copies->nempty_low, copies->nempty);
     } else if (copies->clean != UCT_REMAPRING_COPY_NONE) {
         index         = copies->clean;
         copies->clean = copies->pages[index].next;
@@ -274,7 +279,8 @@ void uct_remapring_copy_put(uct_remapring_copies_t *copies, void *addr)
     }
 
     elem_size = copies->elem_size[n];
-    elem      = (offset & ((1ul << copies->page_shift) - 1)) / elem_size;
+    elem      = ((offset & ((1ul << copies->page_shift) - 1)) *
+                 (uint64_t)copies->elem_recip[n]) >> 32;
 
     *(uint16_t*)(uct_remapring_copy_page_addr(copies, index) +
                  elem * elem_size) = page->free;
@@ -297,7 +303,7 @@ err:
 
 void uct_remapring_copy_trim(uct_remapring_copies_t *copies)
 {
-    uint32_t index;
+    uint32_t index, release;
     unsigned n;
 
     if (copies->base == NULL) {
@@ -317,7 +323,10 @@ void uct_remapring_copy_trim(uct_remapring_copies_t *copies)
         }
     }
 
-    while (copies->nempty > UCT_REMAPRING_COPY_KEEP) {
+    /* those not needed since the last trim, past a few */
+    release = (copies->nempty_low > UCT_REMAPRING_COPY_KEEP) ?
+              (copies->nempty_low - UCT_REMAPRING_COPY_KEEP) : 0;
+    for (; release > 0; --release) {
         /* the one empty longest */
         index              = copies->empty_tail;
         copies->empty_tail = copies->pages[index].prev;
@@ -334,4 +343,5 @@ void uct_remapring_copy_trim(uct_remapring_copies_t *copies)
         copies->clean             = index;
         --copies->resident_pages;
     }
+    copies->nempty_low = copies->nempty;
 }

@@ -21,9 +21,12 @@
  *
  * - Memory: a memfd of max_bytes, mapped whole, sparse: a page holds memory
  *   once written. A page whose elements are all free goes to a list of
- *   empty pages; past a few, those are punched out of the memfd by
- *   uct_remapring_copy_trim(), off the path of a release (a drain releases
- *   many one after another), which the receiver calls now and then. The memfd's name shows the copies in
+ *   empty pages, reused the latest first. uct_remapring_copy_trim(), which
+ *   the receiver calls now and then (off the path of a release: a drain
+ *   releases many one after another), punches out of the memfd the empty
+ *   pages that were not needed since its last call (the fewest there were
+ *   on the list since), past a few: a page punched and used again faults
+ *   in again, some microseconds. The memfd's name shows the copies in
  *   /proc/<pid>/maps, and its size what they hold.
  *   So the memory of copies follows what is kept: a storm of kept messages
  *   costs its pages while it is kept, and a few pages after.
@@ -87,6 +90,7 @@ typedef struct uct_remapring_copies {
                        NONE */
     uint32_t empty_tail;
     uint32_t nempty;
+    uint32_t nempty_low; /* fewest empty pages since the last trim */
     uint32_t clean; /* empty pages given back, or NONE */
     uint64_t resident_pages; /* pages in use, or empty and resident */
     uint64_t nelems_used; /* elements handed out now */
@@ -94,6 +98,9 @@ typedef struct uct_remapring_copies {
                                                          16-byte units: the
                                                          class, or 0 */
     uint16_t elem_size[UCT_REMAPRING_COPY_CLASSES + 1]; /* by class */
+    uint32_t elem_recip[UCT_REMAPRING_COPY_CLASSES + 1]; /* by class:
+                                                          2^32 / size,
+                                                          rounded up */
     void *spare[UCT_REMAPRING_COPY_CLASSES + 1]; /* by class: an element
                                                    taken, the next copy's */
 } uct_remapring_copies_t;
