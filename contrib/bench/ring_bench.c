@@ -176,7 +176,7 @@ ring_bench_point(const ring_bench_opts_t *opts, size_t size, double hold_pct)
     uint64_t hold_threshold = (uint64_t)(hold_pct * 1e4 / 100.0);
     uint64_t nmsgs = 0, bytes = 0, sink = 0, nsamples = 0, nreleases = 0;
     double held_pool = 0, held_payload = 0, held_payload_now = 0;
-    double held_memfd = 0;
+    double held_memfd  = 0;
     double held_window = 0;
     uct_remapring_copies_t copies;
     unsigned copy_offset = (opts->headroom + 8 + 15) & ~15u;
@@ -285,13 +285,12 @@ ring_bench_point(const ring_bench_opts_t *opts, size_t size, double hold_pct)
             if (hold && rx.is_inline) {
                 /* kept out of a right-sized copy (UCX_REMAPRING_RX_COPY),
                  * after the headroom and a pointer */
-                copy = uct_remapring_copy_get(&copies,
-                                              copy_offset + rx.length);
+                copy = uct_remapring_copy_get(&copies, copy_offset + rx.length);
                 if (copy == NULL) {
                     fprintf(stderr, "out of copies\n");
                     break;
                 }
-                memcpy((char*)copy + copy_offset, rx.payload, rx.length);
+                memcpy((char *)copy + copy_offset, rx.payload, rx.length);
             }
 
             uct_remapring_ring_consume(ring, &rx, hold && (copy == NULL));

@@ -221,11 +221,11 @@ static size_t fuzz_pack(void *dest, void *arg)
 static void fuzz_send(fuzz_input_t *in, uct_ep_h ep, const fuzz_iface_t *tx)
 {
     static uint8_t buffer[4096];
-    uint8_t kind  = fuzz_u8(in);
-    size_t max    = (kind & 1) ? tx->attr.cap.am.max_bcopy :
-                                 tx->attr.cap.am.max_short;
+    uint8_t kind = fuzz_u8(in);
+    size_t max   = (kind & 1) ? tx->attr.cap.am.max_bcopy :
+                                tx->attr.cap.am.max_short;
     /* above the copies: a copy does not say which ring it came from */
-    size_t least  = ucs_max(sizeof(uint64_t), rx->rx.copy_max + 1);
+    size_t least = ucs_max(sizeof(uint64_t), rx->rx.copy_max + 1);
     size_t length;
     fuzz_pack_arg_t pack;
     ucs_status_t status;
@@ -263,10 +263,10 @@ static void fuzz_send(fuzz_input_t *in, uct_ep_h ep, const fuzz_iface_t *tx)
 static int fuzz_in_copies(const void *data, size_t length)
 {
     const uct_remapring_copies_t *copies = &rx->rx.copies;
-    size_t offset = (const char *)data - copies->base;
-    size_t page_size, elem_size, start;
+    size_t offset, page_size, elem_size, start;
     const uct_remapring_copy_page_t *page;
 
+    offset = (const char *)data - copies->base;
     if ((copies->base == NULL) || (offset >= copies->max_bytes)) {
         return 0;
     }

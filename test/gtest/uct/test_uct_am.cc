@@ -128,6 +128,24 @@ protected:
         return pa->length;
     }
 
+    /* Every size up to am_bcopy's limit, in order, each checked */
+    void bcopy_sizes(uint64_t first_seed)
+    {
+        std::vector<size_t> lengths = sizes(m_sender->attr.cap.am.max_bcopy);
+        uint64_t seed               = first_seed;
+
+        for (size_t length : lengths) {
+            ASSERT_EQ((ssize_t)length, send_bcopy(length, ++seed));
+        }
+
+        wait_rx(lengths.size());
+        seed = first_seed;
+        for (size_t length : lengths) {
+            check_rx(m_rx.front(), length, ++seed);
+            m_rx.pop_front();
+        }
+    }
+
     /* UCX_REMAPRING_RX_COPY */
     virtual bool rx_copy() const
     {
@@ -260,19 +278,7 @@ TEST_P(test_uct_am, short_sizes)
 
 TEST_P(test_uct_am, bcopy_sizes)
 {
-    std::vector<size_t> lengths = sizes(m_sender->attr.cap.am.max_bcopy);
-    uint64_t seed               = 100;
-
-    for (size_t length : lengths) {
-        ASSERT_EQ((ssize_t)length, send_bcopy(length, ++seed));
-    }
-
-    wait_rx(lengths.size());
-    seed = 100;
-    for (size_t length : lengths) {
-        check_rx(m_rx.front(), length, ++seed);
-        m_rx.pop_front();
-    }
+    bcopy_sizes(100);
 }
 
 TEST_P(test_uct_am, zcopy_sizes)
@@ -438,19 +444,7 @@ protected:
 
 TEST_P(test_uct_am_nocopy, bcopy_sizes)
 {
-    std::vector<size_t> lengths = sizes(m_sender->attr.cap.am.max_bcopy);
-    uint64_t seed               = 200;
-
-    for (size_t length : lengths) {
-        ASSERT_EQ((ssize_t)length, send_bcopy(length, ++seed));
-    }
-
-    wait_rx(lengths.size());
-    seed = 200;
-    for (size_t length : lengths) {
-        check_rx(m_rx.front(), length, ++seed);
-        m_rx.pop_front();
-    }
+    bcopy_sizes(200);
 }
 
 INSTANTIATE_TEST_SUITE_P(

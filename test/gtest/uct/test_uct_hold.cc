@@ -223,20 +223,28 @@ TEST_P(test_uct_hold, hold_all_then_release_reversed)
     ASSERT_TRUE(wait_for([&]() { return m_received == count + 200; }));
 }
 
-/* Bytes the fold memfds of this process hold ("memfd:remapring-pool-fold",
- * through /proc/self/fd) */
-static off_t fold_resident()
+/* Bytes the memfds of this process named @a name hold (through
+ * /proc/self/fd), and the size of the last one in *@a size_p */
+static off_t memfd_resident(const char *name, off_t *size_p = nullptr)
 {
     off_t total = 0;
     struct stat st;
 
     for_each_fd([&](const char *path, const char *link) {
-        if ((strstr(link, "memfd:remapring-pool-fold") != NULL) &&
-            (stat(path, &st) == 0)) {
+        if ((strstr(link, name) != NULL) && (stat(path, &st) == 0)) {
             total += st.st_blocks * 512;
+            if (size_p != nullptr) {
+                *size_p = st.st_size;
+            }
         }
     });
     return total;
+}
+
+/* Bytes the fold memfds of this process hold */
+static off_t fold_resident()
+{
+    return memfd_resident("memfd:remapring-pool-fold");
 }
 
 /* One message in 16 kept for long while the ring laps: the blocks they were
@@ -313,23 +321,11 @@ protected:
                 {"POOL_MAX", m_pool_max}};
     }
 
-    /* What the copies memfds of this process ("memfd:remapring-copies")
-     * hold, and their sizes (the sender's hold nothing) */
+    /* What the copies memfds of this process hold, and their size (the
+     * sender's hold nothing) */
     static off_t copies_resident(off_t *size_p = nullptr)
     {
-        off_t total = 0;
-        struct stat st;
-
-        for_each_fd([&](const char *path, const char *link) {
-            if ((strstr(link, "memfd:remapring-copies") != NULL) &&
-                (stat(path, &st) == 0)) {
-                total += st.st_blocks * 512;
-                if (size_p != nullptr) {
-                    *size_p = st.st_size;
-                }
-            }
-        });
-        return total;
+        return memfd_resident("memfd:remapring-copies", size_p);
     }
 
     /* Copies to a page for a payload of @a length (README, Memory): the

@@ -49,7 +49,8 @@ ucs_status_t uct_remapring_copy_init(uct_remapring_copies_t *copies,
         /* exact for offsets in a page: the error, below the size, times
          * an offset stays below 2^32 */
         copies->elem_recip[n] = (uint32_t)((UINT64_C(1) << 32) /
-                                           copies->elem_size[n]) + 1;
+                                           copies->elem_size[n]) +
+                                1;
     }
 
     /* a sparse memfd: a page holds memory once written, until punched */
@@ -147,8 +148,8 @@ static void uct_remapring_copy_open_del(uct_remapring_copies_t *copies,
 
 /* A page for class @a n: an empty resident one, the latest first; else one
  * given back; else a new one. NONE if max_bytes are in use. */
-static uint32_t uct_remapring_copy_page_new(uct_remapring_copies_t *copies,
-                                            unsigned n)
+static uint32_t
+uct_remapring_copy_page_new(uct_remapring_copies_t *copies, unsigned n)
 {
     uct_remapring_copy_page_t *page;
     uint32_t index;
@@ -205,7 +206,7 @@ uct_remapring_copy_get_class(uct_remapring_copies_t *copies, unsigned n)
     addr = uct_remapring_copy_page_addr(copies, index);
     if (page->free != 0) {
         elem       = page->free - 1;
-        page->free = *(uint16_t*)(addr + elem * copies->elem_size[n]);
+        page->free = *(uint16_t *)(addr + elem * copies->elem_size[n]);
     } else {
         elem = page->bump++;
     }
@@ -228,8 +229,7 @@ void *uct_remapring_copy_get(uct_remapring_copies_t *copies, size_t size)
     return uct_remapring_copy_get_class(copies, n);
 }
 
-void *uct_remapring_copy_spare_get(uct_remapring_copies_t *copies,
-                                   unsigned n)
+void *uct_remapring_copy_spare_get(uct_remapring_copies_t *copies, unsigned n)
 {
     if (copies->base == NULL) {
         return NULL;
@@ -261,7 +261,7 @@ static void uct_remapring_copy_empty_push(uct_remapring_copies_t *copies,
 
 void uct_remapring_copy_put(uct_remapring_copies_t *copies, void *addr)
 {
-    size_t offset = (char*)addr - copies->base;
+    size_t offset = (char *)addr - copies->base;
     uint32_t index;
     uct_remapring_copy_page_t *page;
     size_t elem_size;
@@ -280,11 +280,12 @@ void uct_remapring_copy_put(uct_remapring_copies_t *copies, void *addr)
 
     elem_size = copies->elem_size[n];
     elem      = ((offset & ((1ul << copies->page_shift) - 1)) *
-                 (uint64_t)copies->elem_recip[n]) >> 32;
+            (uint64_t)copies->elem_recip[n]) >>
+           32;
 
-    *(uint16_t*)(uct_remapring_copy_page_addr(copies, index) +
-                 elem * elem_size) = page->free;
-    page->free = elem + 1;
+    *(uint16_t *)(uct_remapring_copy_page_addr(copies, index) +
+                  elem * elem_size) = page->free;
+    page->free                      = elem + 1;
     --copies->nelems_used;
     if (page->nfree++ == 0) {
         uct_remapring_copy_open_push(copies, index, n);
@@ -325,11 +326,12 @@ void uct_remapring_copy_trim(uct_remapring_copies_t *copies)
 
     /* those not needed since the last trim, past a few */
     release = (copies->nempty_low > UCT_REMAPRING_COPY_KEEP) ?
-              (copies->nempty_low - UCT_REMAPRING_COPY_KEEP) : 0;
+                      (copies->nempty_low - UCT_REMAPRING_COPY_KEEP) :
+                      0;
     for (; release > 0; --release) {
         /* the one empty longest */
-        index              = copies->empty_tail;
-        copies->empty_tail = copies->pages[index].prev;
+        index                                  = copies->empty_tail;
+        copies->empty_tail                     = copies->pages[index].prev;
         copies->pages[copies->empty_tail].next = UCT_REMAPRING_COPY_NONE;
         --copies->nempty;
 

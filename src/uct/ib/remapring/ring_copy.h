@@ -130,8 +130,7 @@ uct_remapring_copy_class(const uct_remapring_copies_t *copies, size_t size)
     size_t units = (size + UCT_REMAPRING_COPY_ALIGN - 1) /
                    UCT_REMAPRING_COPY_ALIGN;
 
-    return (units <= UCT_REMAPRING_COPY_CLASSES) ? copies->class_of[units] :
-                                                   0;
+    return (units <= UCT_REMAPRING_COPY_CLASSES) ? copies->class_of[units] : 0;
 }
 
 
@@ -145,8 +144,7 @@ void *uct_remapring_copy_get(uct_remapring_copies_t *copies, size_t size);
 /**
  * Take a spare element of class @a n (uct_remapring_copy_spare()).
  */
-void *uct_remapring_copy_spare_get(uct_remapring_copies_t *copies,
-                                   unsigned n);
+void *uct_remapring_copy_spare_get(uct_remapring_copies_t *copies, unsigned n);
 
 
 /**
