@@ -403,6 +403,44 @@ TEST_P(test_uct_hold_copies, right_sized)
     release_all();
 }
 
+/* Copies only while the upper layer keeps small messages: once it kept
+ * none of the last few hundred, they come in place to be copied, all but
+ * one in 64, which still goes through a copy; when one of those is kept,
+ * copies are back for every one */
+TEST_P(test_uct_hold_copies, follow_keeping)
+{
+    m_uncopied_ok = true;
+    m_keep        = [](uint64_t) { return false; };
+
+    auto send_some = [&](uint64_t first, uint64_t count) {
+        for (uint64_t seed = first; seed < first + count; ++seed) {
+            ASSERT_EQ(UCS_OK, retry([&]() { return send(seed, 100); }));
+            progress();
+        }
+        ASSERT_TRUE(wait_for([&]() { return m_received == first + count - 1; }));
+    };
+
+    /* none kept: the share falls below 1 in 1024 within some 1800 */
+    send_some(1, 4000);
+    EXPECT_GT(m_uncopied, 2000u);
+
+    /* then one in 64 goes through a copy */
+    size_t uncopied = m_uncopied;
+    send_some(4001, 64 * 20);
+    size_t copied = 64 * 20 - (m_uncopied - uncopied);
+    EXPECT_GE(copied, 19u);
+    EXPECT_LE(copied, 21u);
+
+    /* kept again: the next copy, at most 64 on, is kept, and copies are
+     * back for all that follow */
+    m_keep = [](uint64_t) { return true; };
+    send_some(4001 + 64 * 20, 64);
+    uncopied = m_uncopied;
+    send_some(4001 + 64 * 21, 200);
+    EXPECT_EQ(uncopied, m_uncopied);
+    EXPECT_GE(m_held.size(), 200u);
+}
+
 /* The smallest pool: copies get a quarter of it, 4 KiB, one page */
 class test_uct_hold_copies_small : public test_uct_hold_copies {
 public:

@@ -164,10 +164,13 @@ static ucs_config_field_t uct_remapring_iface_config_table[] = {
      "0: none): a kept small message then costs its size rounded to a share\n"
      "of a page (a page of copies holds copies of one size), not the upper\n"
      "layer's buffer of the next size it has (UCP's default sizes are 64\n"
-     "bytes and 1 KiB). Copying reads the message: above 512 bytes a UCT\n"
-     "ping-pong whose handler reads nothing fell behind posix's (README,\n"
-     "Memory). Copies take at most a quarter of POOL_MAX; past that,\n"
-     "messages are delivered in place to be copied.",
+     "bytes and 1 KiB). Copies are made while the upper layer keeps some of\n"
+     "them (1 in 1024 of late, or more); when it keeps none, one small\n"
+     "message in 64 still goes through a copy, to see whether keeping\n"
+     "resumes. Copying reads the message: above 512 bytes a UCT ping-pong\n"
+     "whose handler reads nothing fell behind posix's (README, Memory).\n"
+     "Copies take at most a quarter of POOL_MAX; past that, messages are\n"
+     "delivered in place to be copied.",
      ucs_offsetof(uct_remapring_iface_config_t, rx_copy),
      UCS_CONFIG_TYPE_MEMUNITS},
 
@@ -972,6 +975,33 @@ uct_remapring_rx_pool_pressed(uct_remapring_iface_t *iface)
            uct_remapring_pool_attached(iface->rx.pool);
 }
 
+/* Copies while the upper layer keeps small messages: a share of at least
+ * 1 in 1024 of late (a moving average over about the last 256 copies); below
+ * it, one small message in 64 still goes through a copy, to see whether
+ * keeping resumes */
+#define UCT_REMAPRING_COPY_KEPT_ONE   (1u << 24)
+#define UCT_REMAPRING_COPY_KEPT_SHIFT 8
+#define UCT_REMAPRING_COPY_KEPT_MIN   (UCT_REMAPRING_COPY_KEPT_ONE / 1024)
+#define UCT_REMAPRING_COPY_PROBE      64
+
+/* Whether the next small message goes through a copy */
+static UCS_F_ALWAYS_INLINE int
+uct_remapring_rx_copy_wanted(uct_remapring_iface_t *iface)
+{
+    return (iface->rx.copy_kept >= UCT_REMAPRING_COPY_KEPT_MIN) ||
+           ((++iface->rx.copy_probe % UCT_REMAPRING_COPY_PROBE) == 0);
+}
+
+/* A copy was kept by the upper layer (@a kept), or not */
+static UCS_F_ALWAYS_INLINE void
+uct_remapring_rx_copy_kept(uct_remapring_iface_t *iface, int kept)
+{
+    iface->rx.copy_kept += (kept ? (UCT_REMAPRING_COPY_KEPT_ONE >>
+                                    UCT_REMAPRING_COPY_KEPT_SHIFT) : 0) -
+                           (iface->rx.copy_kept >>
+                            UCT_REMAPRING_COPY_KEPT_SHIFT);
+}
+
 /* Copy inline record @a rx's payload to @a dest, in a copy. A small one in
  * 16-byte pieces, up to the 16-byte boundary past it, without a call: the
  * payload starts 16 bytes into its record, which ends on a 64-byte
@@ -1021,6 +1051,7 @@ unsigned uct_remapring_iface_rx_ring(uct_remapring_iface_t *iface,
         uct_iface_trace_am(&iface->super, UCT_AM_TRACE_TYPE_RECV, rx.am_id,
                            rx.payload, rx.length, "RX: AM");
         if (rx.is_inline && (rx.length <= iface->rx.copy_max) &&
+            uct_remapring_rx_copy_wanted(iface) &&
             ((copy = uct_remapring_copy_spare(&iface->rx.copies,
                                               iface->rx.copy_offset +
                                                       rx.length,
@@ -1039,6 +1070,7 @@ unsigned uct_remapring_iface_rx_ring(uct_remapring_iface_t *iface,
             if (status == UCS_INPROGRESS) {
                 uct_remapring_copy_keep(&iface->rx.copies, copy_class);
             }
+            uct_remapring_rx_copy_kept(iface, status == UCS_INPROGRESS);
             continue;
         }
 
@@ -1550,6 +1582,8 @@ static UCS_CLASS_INIT_FUNC(uct_remapring_iface_t, uct_md_h md,
      * headroom and our release descriptor, aligned as asked (copies are
      * 16-byte aligned: a larger alignment has none) */
     self->rx.copy_max    = ucs_min(config->rx_copy, config->rx_inline);
+    self->rx.copy_kept   = UCT_REMAPRING_COPY_KEPT_ONE; /* on at first */
+    self->rx.copy_probe  = 0;
     self->rx.copy_offset = ((self->rx.copy_max > 0) &&
                             (align <= UCT_REMAPRING_COPY_ALIGN)) ?
                            (ucs_align_up(self->rx.headroom + align_offset,

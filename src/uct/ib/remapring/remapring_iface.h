@@ -136,6 +136,11 @@ struct uct_remapring_iface {
         unsigned                 copy_offset; /* of the payload in a copy,
                                                  0: no copies */
         size_t                   copy_max;    /* largest message copied */
+        uint32_t                 copy_kept;   /* share of copies the upper
+                                                 layer kept of late, of
+                                                 2^24 */
+        unsigned                 copy_probe;  /* small messages since the
+                                                 last copy, while off */
         unsigned                 rx_headroom;
         unsigned                 credit_batch;
         unsigned                 idle_slots;
