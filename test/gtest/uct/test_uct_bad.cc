@@ -394,6 +394,24 @@ TEST_F(test_uct_bad, performance_settings)
     EXPECT_NEAR(250e-9, set->attr.overhead, 1e-9);
 }
 
+/* MAX_SHORT=auto is 16 KiB, or half a block if that is less; set, it is
+ * reported as given */
+TEST_F(test_uct_bad, max_short_settings)
+{
+    entity *dflt = nullptr, *small = nullptr, *set = nullptr;
+
+    ASSERT_EQ(UCS_OK, try_create_entity({}, 0, &dflt));
+    ASSERT_EQ(UCS_OK, try_create_entity({{"BLOCK_SIZE", "8k"},
+                                         {"MAX_SHORT", "auto"}},
+                                        0, &small));
+    ASSERT_EQ(UCS_OK, try_create_entity({{"MAX_SHORT", "3000"}}, 0, &set));
+
+    EXPECT_EQ(16384u, dflt->attr.cap.am.max_short);
+    EXPECT_EQ(4096u, small->attr.cap.am.max_short);
+    EXPECT_EQ(3000u, set->attr.cap.am.max_short);
+    EXPECT_EQ(dflt->attr.cap.am.max_short, dflt->attr.cap.put.max_short);
+}
+
 TEST_F(test_uct_bad, malformed_settings)
 {
     static const char *const cases[][2] = {

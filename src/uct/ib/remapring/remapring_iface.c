@@ -42,6 +42,10 @@ static const char *uct_remapring_wire_names[] = {
     [UCT_REMAPRING_WIRE_LAST] = NULL
 };
 
+/* UCX_REMAPRING_MAX_SHORT=auto, unless half a block is less: UCP sends
+ * tag and AM messages up to it the short way, without a request */
+#define UCT_REMAPRING_MAX_SHORT_AUTO   (16 * UCS_KBYTE)
+
 /*
  * What this interface reports to UCP when BW, LATENCY and OVERHEAD are auto,
  * per wire: medians of three ucx_perftest runs between two local processes
@@ -174,9 +178,12 @@ static ucs_config_field_t uct_remapring_iface_config_table[] = {
      ucs_offsetof(uct_remapring_iface_config_t, rx_copy),
      UCS_CONFIG_TYPE_MEMUNITS},
 
-    {"MAX_SHORT", "2k",
+    {"MAX_SHORT", "auto",
      "Largest payload of an active message sent with am_short (8 bytes of\n"
-     "header included); at most half of BLOCK_SIZE.",
+     "header included); at most half of BLOCK_SIZE. auto: 16 KiB, or half of\n"
+     "BLOCK_SIZE if that is less. am_short stores the message into the ring\n"
+     "as am_zcopy does, without a request to complete, so the upper layer\n"
+     "sends up to this size the short way (README, Performance).",
      ucs_offsetof(uct_remapring_iface_config_t, max_short),
      UCS_CONFIG_TYPE_MEMUNITS},
 
@@ -286,8 +293,9 @@ uct_remapring_iface_config_check(const uct_remapring_iface_config_t *config)
         return UCS_ERR_INVALID_PARAM;
     }
 
-    if ((config->max_short < sizeof(uint64_t)) ||
-        (config->max_short > config->block_size / 2)) {
+    if ((config->max_short != UCS_MEMUNITS_AUTO) &&
+        ((config->max_short < sizeof(uint64_t)) ||
+         (config->max_short > config->block_size / 2))) {
         ucs_error("remapring: UCX_REMAPRING_MAX_SHORT=%zu must be between 8 and"
                   " half of UCX_REMAPRING_BLOCK_SIZE (%zu)", config->max_short,
                   config->block_size / 2);
@@ -1395,6 +1403,17 @@ uct_remapring_iface_perf_init(uct_remapring_iface_t *iface,
                             ucs_time_to_sec(config->overhead);
 }
 
+/* The largest am_short message UCX_REMAPRING_MAX_SHORT sets */
+static size_t
+uct_remapring_iface_max_short(const uct_remapring_iface_config_t *config)
+{
+    if (config->max_short == UCS_MEMUNITS_AUTO) {
+        return ucs_min(UCT_REMAPRING_MAX_SHORT_AUTO, config->block_size / 2);
+    }
+
+    return config->max_short;
+}
+
 /* The AM payload alignment the upper layer asked for (1: none) */
 static ucs_status_t
 uct_remapring_iface_am_alignment(const uct_iface_params_t *params,
@@ -1528,7 +1547,8 @@ static UCS_CLASS_INIT_FUNC(uct_remapring_iface_t, uct_md_h md,
     self->tx.max_bcopy       = ucs_min(uct_remapring_ring_max_payload(
                                                config->block_size, &layout),
                                        self->rx.max_payload);
-    self->tx.max_short       = ucs_min(config->max_short, self->tx.max_bcopy);
+    self->tx.max_short       = ucs_min(uct_remapring_iface_max_short(config),
+                                       self->tx.max_bcopy);
     uct_remapring_iface_perf_init(self, config);
     ucs_list_head_init(&self->rx.active);
     ucs_list_head_init(&self->rx.asleep);
