@@ -43,7 +43,7 @@ the receiver keeps a quarter of the active-message data descriptors and
 defers a quarter of the rendezvous receives, each up to 2 ms, at most -H at
 once. UCX_TLS=remapring,self, the module preloaded; both processes' lanes
 must be remapring's. Other UCX_REMAPRING_* settings in the environment
-apply (UCX_REMAPRING_RING_SLOTS, default 16, sets a margin below).
+apply (UCX_REMAPRING_RING_SLOTS, default 8, sets a margin below).
 
 Each side samples (proc_stats.h): RSS (VmRSS; RssAnon and RssShmem in the
 CSV), VMAs (lines of /proc/self/maps; of them the transport's memfd
@@ -124,7 +124,7 @@ done
     { echo "-W: seconds, less than -t, not '$warmup'" >&2; exit 2; }
 [[ $every =~ ^[1-9][0-9]*$ ]] ||
     { echo "-e: a positive number, not '$every'" >&2; exit 2; }
-ring_slots=${UCX_REMAPRING_RING_SLOTS:-16}
+ring_slots=${UCX_REMAPRING_RING_SLOTS:-8}
 
 if [ -z "$module" ]; then
     module=$build/.libs/libuct_remapring.so

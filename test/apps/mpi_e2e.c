@@ -209,11 +209,13 @@ static int cmp_double(const void *a, const void *b)
     return (x > y) - (x < y);
 }
 
-/* either side of the short (2 KiB), block (64 KiB) and rendezvous limits */
+/* either side of the short (16 KiB, less UCP's 8-byte header), block
+ * (128 KiB; 64 KiB before) and rendezvous limits, and of the earlier 2 KiB
+ * short limit */
 static const size_t pp_sizes[] = {
-    0, 1, 7, 8, 63, 64, 1000, 2047, 2048, 2049, 4095, 4096, 8192, 16384,
-    32768, 65535, 65536, 65537, 131072, 262144, 300000, 524288, 1 << 20,
-    2 << 20, 4 << 20, 8 << 20
+    0, 1, 7, 8, 63, 64, 1000, 2047, 2048, 2049, 4095, 4096, 8192, 16375,
+    16376, 16377, 16384, 32768, 65535, 65536, 65537, 130000, 131071, 131072,
+    131073, 262144, 300000, 524288, 1 << 20, 2 << 20, 4 << 20, 8 << 20
 };
 #define PP_NSIZES (sizeof(pp_sizes) / sizeof(pp_sizes[0]))
 

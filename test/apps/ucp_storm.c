@@ -21,7 +21,7 @@
  *   pool_used    remapring's receive pool blocks off their free lists
  *                (uct_remapring_pool_total_used(), found with dlsym() in the
  *                preloaded module) times the block size
- *                (UCX_REMAPRING_BLOCK_SIZE, 64k by default)
+ *                (UCX_REMAPRING_BLOCK_SIZE, 128k by default)
  *   pool_memfd   the bytes the pool memfds really hold (st_blocks * 512:
  *                the pool punches the pages of a kept block that no kept
  *                message touches, and folds the pages they use in part
@@ -300,7 +300,7 @@ static void find_pools(void)
 
     pool.pool_used  = (uint64_t (*)(void))dlsym(RTLD_DEFAULT,
                                                "uct_remapring_pool_total_used");
-    pool.block_size = parse_size(getenv("UCX_REMAPRING_BLOCK_SIZE"), 65536);
+    pool.block_size = parse_size(getenv("UCX_REMAPRING_BLOCK_SIZE"), 131072);
     pool.nfds       = 0;
     if (dir == NULL) {
         return;

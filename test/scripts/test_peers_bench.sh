@@ -5,7 +5,7 @@
 # contrib/bench/peers_bench, small: 1 and 8 connected senders, one of them
 # active in a short burst. What it must print: a row per sender count, and
 # an idle connected sender costing its receiver exactly IDLE_SLOTS blocks
-# (2 x 64 KiB = 128 KiB by default, and 4 x 64 KiB with
+# (2 x 128 KiB = 256 KiB by default, and 4 x 128 KiB with
 # UCX_REMAPRING_IDLE_SLOTS=4): a memory figure, checked; the progress cost
 # per call is printed, never judged here.
 #
@@ -20,6 +20,8 @@ trap 'rm -rf "$tmp"' EXIT
 
 "$bench" -h | grep -q -- "-n  connected senders" || fail "peers_bench -h"
 
+block_kib=128 # UCX_REMAPRING_BLOCK_SIZE's default
+
 for idle in 2 4; do
     note "IDLE_SLOTS=$idle"
     UCX_REMAPRING_IDLE_SLOTS=$idle "$bench" -n 1,8 -a 1 -b 300 -c 20000 \
@@ -29,8 +31,8 @@ for idle in 2 4; do
         row=$(awk -v n=$n '$1 == n' "$tmp/out")
         [ -n "$row" ] || fail "no row for $n senders"
         kib=$(echo "$row" | awk '{print $3}')
-        [ "$kib" = "$((idle * 64)).0" ] ||
-            fail "$n idle senders: $kib KiB each, $((idle * 64)) expected"
+        [ "$kib" = "$((idle * block_kib)).0" ] ||
+            fail "$n idle senders: $kib KiB each, $((idle * block_kib)) expected"
     done
 done
 echo "PASS"

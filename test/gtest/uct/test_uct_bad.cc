@@ -341,7 +341,7 @@ TEST_F(test_uct_bad, invalid_settings)
         {"POOL_MAX", "auto"},     {"CREDIT_BATCH", "0"},
         {"CREDIT_BATCH", "9"},    {"MAX_PEERS", "0"},
         {"MAX_PEERS", "4097"},    {"MAX_SHORT", "4"},
-        {"MAX_SHORT", "64k"},     {"BW", "0MBs"},
+        {"MAX_SHORT", "128k"},    {"BW", "0MBs"},
         {"BW", "-5MBs"},          {"LATENCY", "inf"},
         {"OVERHEAD", "inf"},
     };

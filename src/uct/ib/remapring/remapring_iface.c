@@ -92,14 +92,15 @@ static ucs_config_field_t uct_remapring_iface_config_table[] = {
      ucs_offsetof(uct_remapring_iface_config_t, wire),
      UCS_CONFIG_TYPE_ENUM(uct_remapring_wire_names)},
 
-    {"BLOCK_SIZE", "64k",
+    {"BLOCK_SIZE", "128k",
      "Size of one receive pool block, which is also the size of one ring slot\n"
-     "and the largest message carried in one record. A power of two, at\n"
-     "least the system page size and at most 1g.",
+     "and the largest message carried in one record: UCP sends eager up to\n"
+     "about this size, and by rendezvous above it. A power of two, at least\n"
+     "the system page size and at most 1g.",
      ucs_offsetof(uct_remapring_iface_config_t, block_size),
      UCS_CONFIG_TYPE_MEMUNITS},
 
-    {"RING_SLOTS", "16",
+    {"RING_SLOTS", "8",
      "Number of slots in the ring window each connected sender writes into;\n"
      "the window is RING_SLOTS * BLOCK_SIZE bytes of address space. A power\n"
      "of two, at least 2. Each remapped slot costs one VMA, counted against\n"
