@@ -196,7 +196,7 @@ TEST_F(component, transport_listed)
     }
     EXPECT_EQ(UCS_OK,
               uct_config_get(config, "BLOCK_SIZE", value, sizeof(value)));
-    EXPECT_STREQ("64K", value);
+    EXPECT_STREQ("128K", value);
     uct_config_release(config);
 }
 
