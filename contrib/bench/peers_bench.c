@@ -7,7 +7,7 @@
  *
  * For each N it connects N senders (each sends one message, so that the
  * receiver took it on), lets every ring go idle, and prints
- * - the receive pool blocks in use for them (uct_remapring_pool_total_used()
+ * - the receive pool blocks in use for them (remapring_pool_blocks_in_use(NULL)
  *   after the connections, less before; it includes the two rings the
  *   receiver keeps made in advance), in MiB and per connected sender;
  * - the cost of one progress call of the receiver with all N idle (ns);
@@ -29,7 +29,7 @@
 #define _GNU_SOURCE
 #endif
 
-#include <uct/ib/remapring/ring_pool.h>
+#include <uct/ib/remapring/ring/ring_pool.h>
 
 #include <uct/api/uct.h>
 #include <ucs/async/async_fwd.h>
@@ -349,7 +349,7 @@ static int peers_bench_point(peers_bench_t *b, unsigned nsenders,
     for (i = 0; i < 1000; ++i) {
         peers_bench_progress(b);
     }
-    base = uct_remapring_pool_total_used();
+    base = remapring_pool_blocks_in_use(NULL);
 
     params.field_mask = UCT_EP_PARAM_FIELD_IFACE | UCT_EP_PARAM_FIELD_DEV_ADDR |
                         UCT_EP_PARAM_FIELD_IFACE_ADDR;
@@ -369,7 +369,7 @@ static int peers_bench_point(peers_bench_t *b, unsigned nsenders,
         goto out_close;
     }
 
-    used  = uct_remapring_pool_total_used() - base;
+    used  = remapring_pool_blocks_in_use(NULL) - base;
     start = peers_bench_now();
     for (i = 0; i < calls; ++i) {
         uct_worker_progress(b->rx_worker);
@@ -401,8 +401,8 @@ static int peers_bench_point(peers_bench_t *b, unsigned nsenders,
                 done += (sent[j] == burst);
             }
             peers_bench_progress(b);
-            if (uct_remapring_pool_total_used() - base > peak) {
-                peak = uct_remapring_pool_total_used() - base;
+            if (remapring_pool_blocks_in_use(NULL) - base > peak) {
+                peak = remapring_pool_blocks_in_use(NULL) - base;
             }
             if (peers_bench_now() > deadline) {
                 fprintf(stderr, "peers_bench: the burst did not end\n");
@@ -413,7 +413,7 @@ static int peers_bench_point(peers_bench_t *b, unsigned nsenders,
             goto out_close;
         }
         printf("  %9.1f  %9.1f", peers_bench_mib(b, peak),
-               peers_bench_mib(b, uct_remapring_pool_total_used() - base));
+               peers_bench_mib(b, remapring_pool_blocks_in_use(NULL) - base));
     }
     printf("\n");
     fflush(stdout);

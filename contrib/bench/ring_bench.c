@@ -12,9 +12,9 @@
 #define _GNU_SOURCE
 #endif
 
-#include <uct/ib/remapring/ring.h>
-#include <uct/ib/remapring/ring_copy.h>
-#include <uct/ib/remapring/ring_wire.h>
+#include <uct/ib/remapring/ring/ring.h>
+#include <uct/ib/remapring/ring/ring_copy.h>
+#include <uct/ib/remapring/ring/ring_wire.h>
 
 #include <ucs/sys/math.h>
 
@@ -66,7 +66,7 @@ typedef struct {
 
 
 typedef struct {
-    uct_remapring_ring_writer_t *writer;
+    remapring_ring_writer_t *writer;
     size_t size;
     volatile int stop;
     uint64_t nsent;
@@ -96,8 +96,7 @@ static void *ring_bench_writer_thread(void *arg)
     struct iovec iov = {buf, w->size};
 
     while (!w->stop) {
-        if (uct_remapring_ring_writer_send(w->writer, 1, 0, &iov, 1) ==
-            UCS_OK) {
+        if (remapring_ring_writer_send(w->writer, 1, 0, &iov, 1) == UCS_OK) {
             __atomic_store_n(&w->nsent, w->nsent + 1, __ATOMIC_RELAXED);
         } else {
             sched_yield();
@@ -110,7 +109,7 @@ static void *ring_bench_writer_thread(void *arg)
 /* What the memfds hold for the holds: the pool memfd's pages, less those of
  * the blocks under the ring's slots and on the free lists (mincore() through
  * the CPU view), plus the fold memfd's */
-static double ring_bench_held_memfd(uct_remapring_pool_t *pool)
+static double ring_bench_held_memfd(remapring_pool_t *pool)
 {
     static unsigned char vec[1 << 22];
     size_t page_size = 1ul << pool->page_shift;
@@ -130,7 +129,7 @@ static double ring_bench_held_memfd(uct_remapring_pool_t *pool)
     for (page = 0; page < npages; ++page) {
         if ((vec[page] & 1) &&
             (pool->blocks[page / pool->pages_per_block].state !=
-             UCT_REMAPRING_POOL_BLOCK_DETACHED) &&
+             REMAPRING_POOL_BLOCK_DETACHED) &&
             ((pool->fold.of == NULL) || (pool->fold.of[page] == 0))) {
             bytes -= page_size;
         }
@@ -143,14 +142,14 @@ static double ring_bench_held_memfd(uct_remapring_pool_t *pool)
     return ucs_max(bytes, 0.0);
 }
 
-static void ring_bench_release(uct_remapring_pool_t *pool,
-                               uct_remapring_copies_t *copies,
+static void ring_bench_release(remapring_pool_t *pool,
+                               remapring_copies_t *copies,
                                const ring_bench_held_t *held)
 {
     if (held->copy) {
-        uct_remapring_copy_put(copies, held->payload);
+        remapring_copy_put(copies, held->payload);
     } else {
-        uct_remapring_ring_release(pool, held->payload);
+        remapring_ring_release(pool, held->payload);
     }
 }
 
@@ -158,16 +157,16 @@ static int
 ring_bench_point(const ring_bench_opts_t *opts, size_t size, double hold_pct)
 {
     static char buf[1 << 20];
-    uct_remapring_pool_params_t pool_params;
-    uct_remapring_ring_params_t ring_params;
-    uct_remapring_pool_stats_t pool_stats;
-    uct_remapring_ring_writer_t writer;
-    uct_remapring_ring_ctl_t *ctl;
-    uct_remapring_pool_t *pool;
-    uct_remapring_ring_t *ring;
-    uct_remapring_wire_t *wire;
-    uct_remapring_ring_info_t info;
-    uct_remapring_ring_rx_t rx;
+    remapring_pool_params_t pool_params;
+    remapring_ring_params_t ring_params;
+    remapring_pool_stats_t pool_stats;
+    remapring_ring_writer_t writer;
+    remapring_ring_ctl_t *ctl;
+    remapring_pool_t *pool;
+    remapring_ring_t *ring;
+    remapring_wire_t *wire;
+    remapring_ring_info_t info;
+    remapring_ring_rx_t rx;
     ring_bench_writer_arg_t warg;
     ring_bench_held_t *held;
     pthread_t thread;
@@ -178,7 +177,7 @@ ring_bench_point(const ring_bench_opts_t *opts, size_t size, double hold_pct)
     double held_pool = 0, held_payload = 0, held_payload_now = 0;
     double held_memfd  = 0;
     double held_window = 0;
-    uct_remapring_copies_t copies;
+    remapring_copies_t copies;
     unsigned copy_offset = (opts->headroom + 8 + 15) & ~15u;
     void *copy;
     struct stat st;
@@ -187,7 +186,7 @@ ring_bench_point(const ring_bench_opts_t *opts, size_t size, double hold_pct)
     int ret = -1;
     ucs_status_t status;
 
-    uct_remapring_pool_params_default(&pool_params);
+    remapring_pool_params_default(&pool_params);
     pool_params.block_size  = opts->block_size;
     pool_params.init_blocks = opts->nslots * 2;
     pool_params.grow_blocks = opts->nslots;
@@ -202,7 +201,7 @@ ring_bench_point(const ring_bench_opts_t *opts, size_t size, double hold_pct)
         pool_params.fold_pages = opts->fold_pages;
     }
 
-    uct_remapring_ring_params_default(&ring_params);
+    remapring_ring_params_default(&ring_params);
     ring_params.nslots       = opts->nslots;
     ring_params.headroom     = opts->headroom;
     ring_params.credit_batch = opts->credit_batch;
@@ -216,37 +215,37 @@ ring_bench_point(const ring_bench_opts_t *opts, size_t size, double hold_pct)
         return -1;
     }
 
-    if (uct_remapring_copy_init(&copies, "ring_bench-copies",
-                                opts->copy_max ? (256ul << 20) : 0) != UCS_OK) {
+    if (remapring_copy_init(&copies, "ring_bench-copies",
+                            opts->copy_max ? (256ul << 20) : 0) != UCS_OK) {
         goto out_free;
     }
 
-    if (uct_remapring_pool_create(&pool_params, &pool) != UCS_OK) {
+    if (remapring_pool_create(&pool_params, &pool) != UCS_OK) {
         goto out_copies;
     }
 
-    if (uct_remapring_ring_create(pool, &ring_params, ctl, &ring) != UCS_OK) {
+    if (remapring_ring_create(pool, &ring_params, ctl, &ring) != UCS_OK) {
         goto out_pool;
     }
 
     if (opts->cma) {
-        status = uct_remapring_wire_cma_create(getpid(), (uintptr_t)ring->view,
-                                               ring->window_size, ctl, &wire);
+        status = remapring_wire_cma_create(getpid(), (uintptr_t)ring->view,
+                                           ring->window_size, ctl, &wire);
     } else {
-        status = uct_remapring_wire_local_create(ring->view, ring->window_size,
-                                                 ctl, &wire);
+        status = remapring_wire_local_create(ring->view, ring->window_size, ctl,
+                                             &wire);
     }
     if (status != UCS_OK) {
         goto out_ring;
     }
 
-    uct_remapring_ring_get_info(ring, &info);
-    if (uct_remapring_ring_writer_init(&writer, &info, wire) != UCS_OK) {
+    remapring_ring_get_info(ring, &info);
+    if (remapring_ring_writer_init(&writer, &info, wire) != UCS_OK) {
         goto out_wire;
     }
 
-    if (size > uct_remapring_ring_writer_max_payload(&writer)) {
-        size        = uct_remapring_ring_writer_max_payload(&writer);
+    if (size > remapring_ring_writer_max_payload(&writer)) {
+        size        = remapring_ring_writer_max_payload(&writer);
         iov.iov_len = size;
     }
 
@@ -266,13 +265,13 @@ ring_bench_point(const ring_bench_opts_t *opts, size_t size, double hold_pct)
     while (elapsed < opts->seconds) {
         if (!opts->threads) {
             /* writer: fill what credit allows */
-            while (uct_remapring_ring_writer_send(&writer, 1, 0, &iov, 1) ==
+            while (remapring_ring_writer_send(&writer, 1, 0, &iov, 1) ==
                    UCS_OK) {
             }
         }
 
         /* reader: drain */
-        while ((status = uct_remapring_ring_poll(ring, &rx)) == UCS_OK) {
+        while ((status = remapring_ring_poll(ring, &rx)) == UCS_OK) {
             int hold = (ring_bench_rand(&rng) % 10000) < hold_threshold;
 
             if (opts->touch) {
@@ -285,7 +284,7 @@ ring_bench_point(const ring_bench_opts_t *opts, size_t size, double hold_pct)
             if (hold && rx.is_inline) {
                 /* kept out of a right-sized copy (UCX_REMAPRING_RX_COPY),
                  * after the headroom and a pointer */
-                copy = uct_remapring_copy_get(&copies, copy_offset + rx.length);
+                copy = remapring_copy_get(&copies, copy_offset + rx.length);
                 if (copy == NULL) {
                     fprintf(stderr, "out of copies\n");
                     break;
@@ -293,7 +292,7 @@ ring_bench_point(const ring_bench_opts_t *opts, size_t size, double hold_pct)
                 memcpy((char *)copy + copy_offset, rx.payload, rx.length);
             }
 
-            uct_remapring_ring_consume(ring, &rx, hold && (copy == NULL));
+            remapring_ring_consume(ring, &rx, hold && (copy == NULL));
             ++nmsgs;
             bytes += rx.length;
             if (!hold) {
@@ -313,7 +312,7 @@ ring_bench_point(const ring_bench_opts_t *opts, size_t size, double hold_pct)
              * RING_BENCH_SAMPLE: a sample costs system calls), then let
              * one go */
             if ((nreleases++ % RING_BENCH_SAMPLE) == 0) {
-                uct_remapring_pool_get_stats(pool, &pool_stats);
+                remapring_pool_get_stats(pool, &pool_stats);
                 held_pool += (double)pool_stats.nheld_blocks * opts->block_size;
                 held_memfd += ring_bench_held_memfd(pool);
                 if ((copies.fd >= 0) && (fstat(copies.fd, &st) == 0)) {
@@ -351,8 +350,8 @@ ring_bench_point(const ring_bench_opts_t *opts, size_t size, double hold_pct)
         pthread_join(thread, NULL);
     }
 
-    uct_remapring_pool_get_stats(pool, &pool_stats);
-    per_msg = uct_remapring_ring_record_size(&writer.layout, 0, size);
+    remapring_pool_get_stats(pool, &pool_stats);
+    per_msg = remapring_ring_record_size(&writer.layout, 0, size);
     /* a held message keeps ceil(size / 8 KiB) whole descriptors */
     desc_ratio = (size == 0) ? 0 :
                                (double)((size + RING_BENCH_DESC_8K - 1) /
@@ -382,24 +381,24 @@ ring_bench_point(const ring_bench_opts_t *opts, size_t size, double hold_pct)
         ring_bench_release(pool, &copies, &held[i]);
     }
 out_wire:
-    uct_remapring_wire_destroy(wire);
+    remapring_wire_destroy(wire);
 out_ring:
-    uct_remapring_ring_destroy(ring);
+    remapring_ring_destroy(ring);
 out_pool:
-    uct_remapring_pool_destroy(pool);
+    remapring_pool_destroy(pool);
 out_copies:
-    uct_remapring_copy_cleanup(&copies);
+    remapring_copy_cleanup(&copies);
 out_free:
     free(held);
     munmap(ctl, sizeof(*ctl));
     return (ret < 0) ? -1 : 0;
 }
 
-static uct_remapring_pool_params_t ring_bench_pool_defaults(void)
+static remapring_pool_params_t ring_bench_pool_defaults(void)
 {
-    uct_remapring_pool_params_t params;
+    remapring_pool_params_t params;
 
-    uct_remapring_pool_params_default(&params);
+    remapring_pool_params_default(&params);
     return params;
 }
 

@@ -47,7 +47,7 @@ apply (UCX_REMAPRING_RING_SLOTS, default 8, sets a margin below).
 
 Each side samples (proc_stats.h): RSS (VmRSS; RssAnon and RssShmem in the
 CSV), VMAs (lines of /proc/self/maps; of them the transport's memfd
-mappings, and those the pool's folded pages added), open fds, pool blocks in use (uct_remapring_pool_total_used()),
+mappings, and those the pool's folded pages added), open fds, pool blocks in use (remapring_pool_blocks_in_use()),
 messages done and held. The table shows both sides, a row every -e seconds.
 After the verdict, where each side's RSS moved between its two smaps
 snapshots: the mappings whose Rss changed most.

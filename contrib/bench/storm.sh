@@ -55,7 +55,7 @@ Figures, for the receiver (ucp_storm's header says how each is taken):
              are anonymous memory; the transports' receive memory, pool,
              copies or posix segments, is shared memory)
   pool       remapring only: receive pool blocks off their free lists
-             (uct_remapring_pool_total_used() x UCX_REMAPRING_BLOCK_SIZE)
+             (the bytes remapring_pool_blocks_in_use() reports)
   memfd      remapring only: bytes the pool memfds, their fold memfds and
              the copies of small messages hold (st_blocks; pages punched
              under kept blocks are not counted)

@@ -42,7 +42,7 @@
  *   closed), and those held stay intact until released;
  * - every progress loop is bounded (libFuzzer's -timeout catches a spin);
  * - once both senders closed, the pool blocks in use in this process
- *   (uct_remapring_pool_total_used()) are what they were before the honest
+ *   (remapring_pool_blocks_in_use(NULL)) are what they were before the honest
  *   sender connected, with the interface still open; and after it closed,
  *   what they were before it opened.
  *
@@ -59,8 +59,7 @@
 
 #include "fuzz_uct.h"
 
-#include <uct/ib/remapring/remapring_ep.h>
-#include <uct/ib/remapring/remapring_iface.h>
+#include <uct/ib/remapring/sm/remapring_sm.h>
 
 #include <string.h>
 #include <sys/uio.h>
@@ -111,7 +110,7 @@ static uct_iface_config_t *rx_configs[FUZZ_PRESETS];
 static pid_t dead_pid;
 
 /* this input's state */
-static uct_remapring_iface_t *rx;
+static uct_remapring_sm_iface_t *rx;
 static unsigned honest_index;
 static uint32_t nsent, ndelivered;
 static uint32_t sent_length[FUZZ_MAX_SENT];
@@ -225,7 +224,7 @@ static void fuzz_send(fuzz_input_t *in, uct_ep_h ep, const fuzz_iface_t *tx)
     size_t max   = (kind & 1) ? tx->attr.cap.am.max_bcopy :
                                 tx->attr.cap.am.max_short;
     /* above the copies: a copy does not say which ring it came from */
-    size_t least = ucs_max(sizeof(uint64_t), rx->rx.copy_max + 1);
+    size_t least = ucs_max(sizeof(uint64_t), rx->super.rx.copy_max + 1);
     size_t length;
     fuzz_pack_arg_t pack;
     ucs_status_t status;
@@ -262,9 +261,9 @@ static void fuzz_send(fuzz_input_t *in, uct_ep_h ep, const fuzz_iface_t *tx)
  * one copy, after the headroom and the release pointer */
 static int fuzz_in_copies(const void *data, size_t length)
 {
-    const uct_remapring_copies_t *copies = &rx->rx.copies;
+    const remapring_copies_t *copies = &rx->super.rx.copies;
     size_t offset, page_size, elem_size, start;
-    const uct_remapring_copy_page_t *page;
+    const remapring_copy_page_t *page;
 
     offset = (const char *)data - copies->base;
     if ((copies->base == NULL) || (offset >= copies->max_bytes)) {
@@ -273,24 +272,24 @@ static int fuzz_in_copies(const void *data, size_t length)
 
     /* the copy starts copy_offset before the payload (a payload of 0
      * bytes may end its copy) */
-    FUZZ_CHECK(offset >= rx->rx.copy_offset);
-    start     = offset - rx->rx.copy_offset;
+    FUZZ_CHECK(offset >= rx->super.rx.copy_offset);
+    start     = offset - rx->super.rx.copy_offset;
     page_size = 1ul << copies->page_shift;
     page      = &copies->pages[start >> copies->page_shift];
     FUZZ_CHECK(page->nelems > 0);
-    FUZZ_CHECK(length <= rx->rx.copy_max);
+    FUZZ_CHECK(length <= rx->super.rx.copy_max);
     elem_size = copies->elem_size[page->nelems];
     FUZZ_CHECK((start & (page_size - 1)) % elem_size == 0);
-    FUZZ_CHECK(rx->rx.copy_offset + length <= elem_size);
+    FUZZ_CHECK(rx->super.rx.copy_offset + length <= elem_size);
     return 1;
 }
 
 static ucs_status_t
 fuzz_am_handler(void *arg, void *data, size_t length, unsigned flags)
 {
-    uct_remapring_pool_t *pool = rx->rx.pool;
-    uct_remapring_ring_t *honest_ring;
-    uct_remapring_pool_block_t *b;
+    remapring_pool_t *pool = rx->super.rx.pool;
+    remapring_ring_t *honest_ring;
+    remapring_pool_block_t *b;
     uint32_t block;
     int honest;
 
@@ -311,16 +310,16 @@ fuzz_am_handler(void *arg, void *data, size_t length, unsigned flags)
     }
 
     /* inside one block of the pool, which backs a ring of this receiver */
-    block = uct_remapring_pool_block_of(pool, data);
-    FUZZ_CHECK(block != UCT_REMAPRING_POOL_BLOCK_NONE);
+    block = remapring_pool_block_of(pool, data);
+    FUZZ_CHECK(block != REMAPRING_POOL_BLOCK_NONE);
     FUZZ_CHECK((length == 0) ||
-               (uct_remapring_pool_block_of(pool, (char *)data + length - 1) ==
+               (remapring_pool_block_of(pool, (char *)data + length - 1) ==
                 block));
     b = &pool->blocks[block];
-    FUZZ_CHECK(b->state == UCT_REMAPRING_POOL_BLOCK_ATTACHED);
+    FUZZ_CHECK(b->state == REMAPRING_POOL_BLOCK_ATTACHED);
     FUZZ_CHECK((b->owner != NULL) && (b->owner->pool == pool));
 
-    honest_ring = rx->rx.rx_conns[honest_index].ring;
+    honest_ring = rx->rx.conns[honest_index].ring;
     honest      = (honest_ring != NULL) && (b->owner == honest_ring);
     if (honest) {
         FUZZ_CHECK(((uintptr_t)arg == FUZZ_AM_SHORT) ||
@@ -359,7 +358,7 @@ static void fuzz_release(unsigned i)
         /* in the receiver's memory: its descriptor pointer too */
         uct_iface_release_desc(h.desc);
     } else {
-        rx->rx.release_desc.cb(&rx->rx.release_desc, h.desc);
+        rx->super.rx.release_desc.cb(&rx->super.rx.release_desc, h.desc);
     }
 }
 
@@ -377,7 +376,7 @@ static void fuzz_idle_rings(void)
 static void fuzz_progress(const fuzz_iface_t *tx, unsigned count)
 {
     while (count-- > 0) {
-        uct_iface_progress(&rx->super.super);
+        uct_iface_progress(&rx->super.super.super);
         uct_iface_progress(tx->iface);
     }
 }
@@ -490,8 +489,8 @@ static void fuzz_write_conn(fuzz_input_t *in, unsigned index)
 
 static void fuzz_write_ring_ctl(fuzz_input_t *in, unsigned index)
 {
-    uct_remapring_ring_ctl_t *ctl = &fuzz_conn(index)->ring;
-    uct_remapring_ring_t *ring    = rx->rx.rx_conns[index].ring;
+    remapring_ring_ctl_t *ctl     = &fuzz_conn(index)->ring;
+    remapring_ring_t *ring        = rx->rx.conns[index].ring;
     uint64_t head                 = (ring != NULL) ? ring->head : 0;
     uint8_t what                  = fuzz_u8(in);
     uint64_t value;
@@ -539,16 +538,16 @@ static void fuzz_write_table(fuzz_input_t *in, unsigned index)
     uct_remapring_ctl_area_t *area = &rx->rx.ctl;
     uint32_t *table = uct_remapring_ctl_slot_table(area->ctl, area->max_peers,
                                                    area->ring_slots, index);
-    uct_remapring_ring_t *honest = rx->rx.rx_conns[honest_index].ring;
+    remapring_ring_t *honest     = rx->rx.conns[honest_index].ring;
     unsigned entry               = fuzz_u8(in) % area->ring_slots;
     uint32_t value;
 
     switch (fuzz_u8(in) % 4) {
     case 0:
-        value = UCT_REMAPRING_POOL_BLOCK_NONE;
+        value = REMAPRING_POOL_BLOCK_NONE;
         break;
     case 1:
-        value = fuzz_u8(in) % (rx->rx.pool->nblocks + 1);
+        value = fuzz_u8(in) % (rx->super.rx.pool->nblocks + 1);
         break;
     case 2:
         /* a block of the honest sender's ring */
@@ -600,7 +599,7 @@ static void fuzz_write_shared(fuzz_input_t *in)
 /* Where ring offset @a offset of the hostile ring lands in the pool, with
  * @a room_p bytes to the end of its block; NULL if no block backs it */
 static uint8_t *
-fuzz_ring_addr(uct_remapring_ring_t *ring, uint64_t offset, size_t *room_p)
+fuzz_ring_addr(remapring_ring_t *ring, uint64_t offset, size_t *room_p)
 {
     uint32_t block = ring->slots[(offset >> ring->block_shift) % ring->nslots];
 
@@ -609,11 +608,11 @@ fuzz_ring_addr(uct_remapring_ring_t *ring, uint64_t offset, size_t *room_p)
     }
 
     *room_p = ring->block_size - (offset & (ring->block_size - 1));
-    return (uint8_t *)uct_remapring_pool_block_addr(ring->pool, block) +
+    return (uint8_t *)remapring_pool_block_addr(ring->pool, block) +
            (offset & (ring->block_size - 1));
 }
 
-static void fuzz_store(uct_remapring_ring_t *ring, uint64_t offset,
+static void fuzz_store(remapring_ring_t *ring, uint64_t offset,
                        const void *bytes, size_t length)
 {
     uint8_t *addr;
@@ -629,10 +628,10 @@ static void fuzz_write_records(fuzz_input_t *in, unsigned index)
 {
     static uint8_t last[256];
     static size_t last_length;
-    uct_remapring_ring_t *ring = rx->rx.rx_conns[index].ring;
+    remapring_ring_t *ring     = rx->rx.conns[index].ring;
     uint8_t what               = fuzz_u8(in);
     uint64_t offset, stamp;
-    uct_remapring_ring_hdr_t hdr;
+    remapring_ring_hdr_t hdr;
     uint8_t bytes[256];
     size_t length;
 
@@ -649,8 +648,8 @@ static void fuzz_write_records(fuzz_input_t *in, unsigned index)
     switch (what % 4) {
     case 0:
         /* a record: DATA, PAD or another type, stamped for its offset */
-        hdr.type   = (fuzz_u8(in) & 1) ? UCT_REMAPRING_RING_REC_DATA :
-                                         UCT_REMAPRING_RING_REC_PAD;
+        hdr.type   = (fuzz_u8(in) & 1) ? REMAPRING_RING_REC_DATA :
+                                         REMAPRING_RING_REC_PAD;
         hdr.am_id  = fuzz_u8(in);
         hdr.flags  = fuzz_u8(in);
         hdr.stamp  = offset ^ ring->nonce;
@@ -679,8 +678,8 @@ static void fuzz_write_records(fuzz_input_t *in, unsigned index)
         length = fuzz_u8(in);
         fuzz_bytes(in, bytes, length);
         fuzz_store(ring,
-                   uct_remapring_ring_payload_pos(&ring->layout, offset,
-                                                  hdr.length),
+                   remapring_ring_payload_pos(&ring->layout, offset,
+                                              hdr.length),
                    bytes, length);
         fuzz_store(ring, offset, &hdr, sizeof(hdr));
         memcpy(last, &hdr, sizeof(hdr));
@@ -749,10 +748,10 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     shm_sender.attr  = base.attr;
     tx               = ((op & 1) && have_cma) ? &cma_sender : &shm_sender;
 
-    base_used = uct_remapring_pool_total_used();
+    base_used = remapring_pool_blocks_in_use(NULL);
     FUZZ_CHECK(fuzz_iface_open(rx_configs[(op >> 1) % FUZZ_PRESETS],
                                &receiver) == UCS_OK);
-    rx = ucs_derived_of(receiver.iface, uct_remapring_iface_t);
+    rx = ucs_derived_of(receiver.iface, uct_remapring_sm_iface_t);
     for (i = 0; i < UCT_AM_ID_MAX; ++i) {
         FUZZ_CHECK(uct_iface_set_am_handler(receiver.iface, i, fuzz_am_handler,
                                             (void *)(uintptr_t)i, 0) == UCS_OK);
@@ -763,7 +762,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     nheld      = 0;
     hold_mode  = 0;
     memset(touched, 0, sizeof(touched));
-    used = uct_remapring_pool_total_used();
+    used = remapring_pool_blocks_in_use(NULL);
 
     /* the honest sender connects first */
     memset(&params, 0, sizeof(params));
@@ -773,7 +772,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     params.dev_addr   = (uct_device_addr_t *)receiver.dev_addr;
     params.iface_addr = (uct_iface_addr_t *)receiver.iface_addr;
     FUZZ_CHECK(uct_ep_create(&params, &ep) == UCS_OK);
-    honest_index = ucs_derived_of(ep, uct_remapring_ep_t)->peer->remote.index;
+    honest_index = ucs_derived_of(ucs_derived_of(ep, uct_remapring_ep_t)->peer,
+                                  uct_remapring_sm_peer_t)
+                           ->remote.index;
     FUZZ_CHECK(honest_index < rx->rx.ctl.max_peers);
 
     for (step = 0; (step < FUZZ_MAX_STEPS) && (in.size > 0); ++step) {
@@ -828,7 +829,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
             uct_iface_progress(tx->iface);
             break;
         default:
-            uct_iface_progress(&rx->super.super);
+            uct_iface_progress(&rx->super.super.super);
             break;
         }
     }
@@ -843,8 +844,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         fuzz_release(0);
     }
     uct_ep_destroy(ep);
-    for (i = 0; (i < 16 * rx->rx.nslots) &&
-                (rx->rx.rx_conns[honest_index].ring != NULL);
+    for (i = 0; (i < 16 * rx->super.rx.nslots) &&
+                (rx->rx.conns[honest_index].ring != NULL);
          ++i) {
         fuzz_progress(tx, 2);
     }
@@ -857,16 +858,16 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
             fuzz_close(index);
         }
     }
-    for (i = 0;
-         (i < 16 * rx->rx.nslots) && (uct_remapring_pool_total_used() != used);
+    for (i = 0; (i < 16 * rx->super.rx.nslots) &&
+                (remapring_pool_blocks_in_use(NULL) != used);
          ++i) {
         fuzz_progress(tx, 2);
     }
     FUZZ_CHECK(nheld == 0);
-    FUZZ_CHECK(uct_remapring_pool_total_used() == used);
+    FUZZ_CHECK(remapring_pool_blocks_in_use(NULL) == used);
 
     uct_iface_close(receiver.iface);
     rx = NULL;
-    FUZZ_CHECK(uct_remapring_pool_total_used() == base_used);
+    FUZZ_CHECK(remapring_pool_blocks_in_use(NULL) == base_used);
     return 0;
 }

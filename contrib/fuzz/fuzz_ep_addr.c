@@ -29,8 +29,8 @@
 
 #include "fuzz_uct.h"
 
-#include <uct/ib/remapring/remapring_conn.h>
-#include <uct/ib/remapring/ring_pool.h>
+#include <uct/ib/remapring/sm/remapring_sm_ctl.h>
+#include <uct/ib/remapring/ring/ring_pool.h>
 
 #include <fcntl.h>
 #include <string.h>
@@ -43,7 +43,7 @@
 #define FUZZ_BLOCK 65536
 
 static fuzz_uct_t sender;
-static uct_remapring_pool_t *pool;
+static remapring_pool_t *pool;
 static pid_t dead_pid;
 static unsigned nerrors;
 
@@ -57,7 +57,7 @@ fuzz_err_handler(void *arg, uct_ep_h ep, ucs_status_t status)
 int LLVMFuzzerInitialize(int *argc, char ***argv)
 {
     static const char *settings[] = {"WIRE", "shm", NULL};
-    uct_remapring_pool_params_t params;
+    remapring_pool_params_t params;
     uct_component_h component;
     char md_name[64];
     unsigned i;
@@ -68,15 +68,15 @@ int LLVMFuzzerInitialize(int *argc, char ***argv)
     FUZZ_CHECK(fuzz_uct_open(component, md_name, settings, fuzz_err_handler,
                              NULL, &sender) == UCS_OK);
 
-    uct_remapring_pool_params_default(&params);
+    remapring_pool_params_default(&params);
     params.block_size  = FUZZ_BLOCK;
     params.init_blocks = 16;
     params.grow_blocks = 16;
     params.max_blocks  = 16;
     params.name        = "fuzz-ep-addr";
-    FUZZ_CHECK(uct_remapring_pool_create(&params, &pool) == UCS_OK);
+    FUZZ_CHECK(remapring_pool_create(&params, &pool) == UCS_OK);
     for (i = 0; i < 16; ++i) {
-        FUZZ_CHECK(uct_remapring_pool_block_get(pool, &block) == UCS_OK);
+        FUZZ_CHECK(remapring_pool_block_get(pool, &block) == UCS_OK);
     }
 
     /* a pid that names no process */
@@ -169,11 +169,11 @@ fuzz_make_ring(fuzz_input_t *in, uct_remapring_ctl_t *ctl, unsigned index)
                                                           FUZZ_PEERS)[index];
     uint32_t *table = uct_remapring_ctl_slot_table(ctl, FUZZ_PEERS, FUZZ_SLOTS,
                                                    index);
-    uct_remapring_ring_info_t *info = &conn->ring.info;
+    remapring_ring_info_t *info     = &conn->ring.info;
     uint8_t mask                    = fuzz_u8(in);
     unsigned i;
 
-    info->magic        = UCT_REMAPRING_RING_CTL_MAGIC;
+    info->magic        = REMAPRING_RING_CTL_MAGIC;
     info->view_addr    = 0;
     info->nonce        = 0x5eed;
     info->block_size   = FUZZ_BLOCK;
@@ -182,7 +182,7 @@ fuzz_make_ring(fuzz_input_t *in, uct_remapring_ctl_t *ctl, unsigned index)
     info->inline_max   = 1024;
     info->align        = 1;
     info->align_offset = 0;
-    info->commit       = UCT_REMAPRING_RING_COMMIT_STAMP;
+    info->commit       = REMAPRING_RING_COMMIT_STAMP;
     info->rec_align    = 0;
     if (mask & 0x01) {
         fuzz_bytes(in, info, sizeof(*info));

@@ -7,7 +7,7 @@
  * control words: it can store any bytes into the slots, any tail and any
  * stall count, at any time. Each input is a ring geometry (commit, wire,
  * inline records, alignment, slots, credit batch, grant) and then a program
- * of steps that mixes an honest writer (uct_remapring_ring_writer_send
+ * of steps that mixes an honest writer (remapring_ring_writer_send
  * through the local or the shm wire) with a hostile one (raw bytes into the
  * blocks under the slots or anywhere in the pool, forged headers with the
  * right stamp, tails and stall counts of any value), and the reader's calls
@@ -33,9 +33,9 @@
 
 #include "fuzz_input.h"
 
-#include <uct/ib/remapring/ring.h>
-#include <uct/ib/remapring/ring_pool.h>
-#include <uct/ib/remapring/ring_wire.h>
+#include <uct/ib/remapring/ring/ring.h>
+#include <uct/ib/remapring/ring/ring_pool.h>
+#include <uct/ib/remapring/ring/ring_wire.h>
 
 #include <ucs/config/global_opts.h>
 #include <ucs/sys/math.h>
@@ -52,25 +52,25 @@
 #define FUZZ_MAX_SENT   1024
 #define FUZZ_MAX_STEPS  512
 
-static uct_remapring_pool_t *pool;
-static uct_remapring_ring_ctl_t *ctl;
+static remapring_pool_t *pool;
+static remapring_ring_ctl_t *ctl;
 
 int LLVMFuzzerInitialize(int *argc, char ***argv)
 {
-    uct_remapring_pool_params_t params;
+    remapring_pool_params_t params;
 
     /* every refused input is logged otherwise */
     if (getenv("UCX_LOG_LEVEL") == NULL) {
         ucs_global_opts.log_component.log_level = UCS_LOG_LEVEL_FATAL;
     }
 
-    uct_remapring_pool_params_default(&params);
+    remapring_pool_params_default(&params);
     params.block_size  = FUZZ_BLOCK_SIZE;
     params.init_blocks = FUZZ_MAX_BLOCKS;
     params.grow_blocks = 8;
     params.max_blocks  = FUZZ_MAX_BLOCKS;
     params.name        = "fuzz-ring-reader";
-    if (uct_remapring_pool_create(&params, &pool) != UCS_OK) {
+    if (remapring_pool_create(&params, &pool) != UCS_OK) {
         abort();
     }
 
@@ -83,28 +83,27 @@ int LLVMFuzzerInitialize(int *argc, char ***argv)
 }
 
 /* The reader's words, after every step */
-static void fuzz_check_ring(const uct_remapring_ring_t *ring)
+static void fuzz_check_ring(const remapring_ring_t *ring)
 {
     FUZZ_CHECK(ring->credited <= ring->head);
     FUZZ_CHECK(ring->limit <= ring->backed);
     FUZZ_CHECK(ring->backed <= ring->credited + ring->window_size);
-    FUZZ_CHECK((ring->commit != UCT_REMAPRING_RING_COMMIT_TAIL) ||
+    FUZZ_CHECK((ring->commit != REMAPRING_RING_COMMIT_TAIL) ||
                (ring->status != UCS_OK) || (ring->head <= ring->tail));
     FUZZ_CHECK(ring->head <= ring->limit);
 }
 
 /* A delivered record is where the reader may read it */
-static void fuzz_check_rx(const uct_remapring_ring_t *ring,
-                          const uct_remapring_ring_rx_t *rx)
+static void
+fuzz_check_rx(const remapring_ring_t *ring, const remapring_ring_rx_t *rx)
 {
-    uint64_t end = (ring->commit == UCT_REMAPRING_RING_COMMIT_TAIL) ?
-                           ring->tail :
-                           ring->limit;
+    uint64_t end = (ring->commit == REMAPRING_RING_COMMIT_TAIL) ? ring->tail :
+                                                                  ring->limit;
     uint32_t block;
     const char *base;
 
     FUZZ_CHECK(rx->offset == ring->head);
-    FUZZ_CHECK(rx->offset % UCT_REMAPRING_RING_ALIGN == 0);
+    FUZZ_CHECK(rx->offset % REMAPRING_RING_ALIGN == 0);
     FUZZ_CHECK(rx->next > rx->offset);
     FUZZ_CHECK(rx->next <= end);
     FUZZ_CHECK((rx->offset / ring->block_size) ==
@@ -112,15 +111,15 @@ static void fuzz_check_rx(const uct_remapring_ring_t *ring,
 
     block = ring->slots[(rx->offset / ring->block_size) % ring->nslots];
     FUZZ_CHECK(block < pool->nblocks);
-    base = uct_remapring_pool_block_addr(pool, block);
+    base = remapring_pool_block_addr(pool, block);
     FUZZ_CHECK((const char *)rx->payload >=
                base + (rx->offset % ring->block_size) +
-                       sizeof(uct_remapring_ring_hdr_t));
+                       sizeof(remapring_ring_hdr_t));
     FUZZ_CHECK((const char *)rx->payload + rx->length <=
                base + ((rx->next - 1) % ring->block_size) + 1);
     FUZZ_CHECK(rx->is_inline ||
                ((const char *)rx->payload - ring->layout.reserve -
-                        sizeof(uct_remapring_ring_hdr_t) >=
+                        sizeof(remapring_ring_hdr_t) >=
                 base + (rx->offset % ring->block_size)));
 
     /* the upper layer reads all of it */
@@ -130,18 +129,18 @@ static void fuzz_check_rx(const uct_remapring_ring_t *ring,
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
     fuzz_input_t in = {data, size};
-    uct_remapring_ring_params_t params;
-    uct_remapring_ring_writer_t writer;
-    uct_remapring_ring_info_t info;
-    uct_remapring_ring_t *ring;
-    uct_remapring_wire_t *wire;
-    uct_remapring_ring_rx_t rx;
-    uct_remapring_pool_stats_t stats;
+    remapring_ring_params_t params;
+    remapring_ring_writer_t writer;
+    remapring_ring_info_t info;
+    remapring_ring_t *ring;
+    remapring_wire_t *wire;
+    remapring_ring_rx_t rx;
+    remapring_pool_stats_t stats;
     uint32_t shared_slots[8];
     void *held[FUZZ_MAX_HELD];
     uint32_t sent_len[FUZZ_MAX_SENT];
     uint8_t buf[FUZZ_BLOCK_SIZE];
-    uct_remapring_ring_hdr_t hdr;
+    remapring_ring_hdr_t hdr;
     unsigned nheld = 0, sent_head = 0, sent_tail = 0, step, i;
     uint64_t send_seq = 0, recv_seq = 0, offset, value;
     ucs_status_t status, sticky     = UCS_OK;
@@ -153,10 +152,10 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     char *dst;
 
     cfg = fuzz_u8(&in);
-    uct_remapring_ring_params_default(&params);
+    remapring_ring_params_default(&params);
     shm                 = !!(cfg & 0x02);
-    params.commit       = (cfg & 0x01) ? UCT_REMAPRING_RING_COMMIT_STAMP :
-                                         UCT_REMAPRING_RING_COMMIT_TAIL;
+    params.commit       = (cfg & 0x01) ? REMAPRING_RING_COMMIT_STAMP :
+                                         REMAPRING_RING_COMMIT_TAIL;
     params.inline_max   = (cfg & 0x04) ? 256 : 0;
     params.align        = (cfg & 0x08) ? 64 : 1;
     params.align_offset = (cfg & 0x10) ? 8 : 0;
@@ -164,7 +163,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     if (params.nslots > 8) {
         params.nslots = 8;
     }
-    params.rec_align    = (cfg & 0x80) ? 256 : UCT_REMAPRING_RING_ALIGN;
+    params.rec_align    = (cfg & 0x80) ? 256 : REMAPRING_RING_ALIGN;
     cfg                 = fuzz_u8(&in);
     params.headroom     = (cfg & 0x7) * 32;
     params.credit_batch = 1 + ((cfg >> 3) & 0x3);
@@ -179,22 +178,22 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         params.remap_view   = 0;
     }
 
-    status = uct_remapring_ring_create(pool, &params, ctl, &ring);
+    status = remapring_ring_create(pool, &params, ctl, &ring);
     if (status != UCS_OK) {
         return 0;
     }
 
     if (shm) {
-        status = uct_remapring_wire_shm_create(pool->fd, FUZZ_BLOCK_SIZE,
-                                               FUZZ_MAX_BLOCKS, shared_slots,
-                                               ring->window_size, ctl, &wire);
+        status = remapring_wire_shm_create(pool->fd, FUZZ_BLOCK_SIZE,
+                                           FUZZ_MAX_BLOCKS, shared_slots,
+                                           ring->window_size, ctl, &wire);
     } else {
-        status = uct_remapring_wire_local_create(ring->view, ring->window_size,
-                                                 ctl, &wire);
+        status = remapring_wire_local_create(ring->view, ring->window_size, ctl,
+                                             &wire);
     }
     FUZZ_CHECK(status == UCS_OK);
-    uct_remapring_ring_get_info(ring, &info);
-    FUZZ_CHECK(uct_remapring_ring_writer_init(&writer, &info, wire) == UCS_OK);
+    remapring_ring_get_info(ring, &info);
+    FUZZ_CHECK(remapring_ring_writer_init(&writer, &info, wire) == UCS_OK);
 
     for (step = 0; (step < FUZZ_MAX_STEPS) && (in.size > 0); ++step) {
         op = fuzz_u8(&in);
@@ -208,8 +207,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
             if (sent_tail - sent_head == FUZZ_MAX_SENT) {
                 break;
             }
-            status = uct_remapring_ring_writer_send(&writer, (uint8_t)send_seq,
-                                                    op, &iov, 1);
+            status = remapring_ring_writer_send(&writer, (uint8_t)send_seq, op,
+                                                &iov, 1);
             if (status == UCS_OK) {
                 sent_len[sent_tail++ % FUZZ_MAX_SENT] = iov.iov_len;
                 ++send_seq;
@@ -222,7 +221,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         case 3:
         case 4:
             hold   = op & 0x10;
-            status = uct_remapring_ring_poll(ring, &rx);
+            status = remapring_ring_poll(ring, &rx);
             if (sticky != UCS_OK) {
                 FUZZ_CHECK(status == sticky);
                 break;
@@ -256,12 +255,12 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
             } else {
                 hold = 0;
             }
-            uct_remapring_ring_consume(ring, &rx, hold);
+            remapring_ring_consume(ring, &rx, hold);
             break;
         case 5: /* release a held record */
             if (nheld > 0) {
                 i = fuzz_u8(&in) % nheld;
-                FUZZ_CHECK(uct_remapring_ring_release(pool, held[i]) == UCS_OK);
+                FUZZ_CHECK(remapring_ring_release(pool, held[i]) == UCS_OK);
                 held[i] = held[--nheld];
             }
             break;
@@ -270,11 +269,11 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
             offset = ring->head + (fuzz_u16(&in) % ring->window_size);
             length = fuzz_u8(&in) % 64 + 1;
             i      = ring->slots[(offset / ring->block_size) % ring->nslots];
-            if (i == UCT_REMAPRING_POOL_BLOCK_NONE) {
+            if (i == REMAPRING_POOL_BLOCK_NONE) {
                 break;
             }
             pos = offset % ring->block_size;
-            dst = (char *)uct_remapring_pool_block_addr(pool, i) + pos;
+            dst = (char *)remapring_pool_block_addr(pool, i) + pos;
             while ((length-- > 0) && (pos++ < ring->block_size)) {
                 *dst++ = fuzz_u8(&in);
             }
@@ -284,7 +283,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
             i      = fuzz_u8(&in) % pool->nblocks;
             pos    = fuzz_u16(&in) % FUZZ_BLOCK_SIZE;
             length = fuzz_u8(&in) % 32 + 1;
-            dst    = (char *)uct_remapring_pool_block_addr(pool, i) + pos;
+            dst    = (char *)remapring_pool_block_addr(pool, i) + pos;
             while ((length-- > 0) && (pos++ < FUZZ_BLOCK_SIZE)) {
                 *dst++ = fuzz_u8(&in);
             }
@@ -292,28 +291,28 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         case 8: /* a forged header, with the stamp the reader expects */
             honest = 0;
             offset = writer.tail +
-                     (uint64_t)(fuzz_u8(&in) % 64) * UCT_REMAPRING_RING_ALIGN;
+                     (uint64_t)(fuzz_u8(&in) % 64) * REMAPRING_RING_ALIGN;
             i         = ring->slots[(offset / ring->block_size) % ring->nslots];
             value     = fuzz_u8(&in);
             hdr.stamp = ((value & 0x80) ? offset + ring->window_size : offset) ^
                         writer.nonce;
-            hdr.type     = (value & 0x40) ? UCT_REMAPRING_RING_REC_PAD :
+            hdr.type     = (value & 0x40) ? REMAPRING_RING_REC_PAD :
                            (value & 0x20) ? fuzz_u8(&in) :
-                                            UCT_REMAPRING_RING_REC_DATA;
+                                            REMAPRING_RING_REC_DATA;
             hdr.length   = (value & 0x10) ? (uint32_t)fuzz_u64(&in) :
                                             fuzz_u16(&in);
             hdr.am_id    = fuzz_u8(&in);
             hdr.flags    = 0;
             hdr.reserved = 0;
-            if (i != UCT_REMAPRING_POOL_BLOCK_NONE) {
-                memcpy((char *)uct_remapring_pool_block_addr(pool, i) +
+            if (i != REMAPRING_POOL_BLOCK_NONE) {
+                memcpy((char *)remapring_pool_block_addr(pool, i) +
                                (offset % ring->block_size),
                        &hdr, sizeof(hdr));
             }
             if (value & 0x08) {
                 /* the writer's tail covers it too */
-                uct_remapring_ring_ctl_store_tail(ctl, offset + (fuzz_u8(&in) +
-                                                                 1) * 64);
+                remapring_ring_ctl_store_tail(ctl,
+                                              offset + (fuzz_u8(&in) + 1) * 64);
             }
             break;
         case 9: /* any tail */
@@ -333,7 +332,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
                 offset = writer.tail - fuzz_u16(&in);
                 break;
             }
-            uct_remapring_ring_ctl_store_tail(ctl, offset);
+            remapring_ring_ctl_store_tail(ctl, offset);
             break;
         case 10: /* any stall count, limit, or answer to a reclaim */
             honest = 0;
@@ -352,14 +351,14 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         case 11:
             value = fuzz_u8(&in) % 4;
             if (value == 0) {
-                uct_remapring_ring_flush_credits(ring);
+                remapring_ring_flush_credits(ring);
             } else if (value == 1) {
-                uct_remapring_ring_idle(ring);
+                remapring_ring_idle(ring);
             } else if (value == 2) {
-                (void)uct_remapring_ring_is_empty(ring);
+                (void)remapring_ring_is_empty(ring);
             } else {
                 /* the honest writer answers a request to give back */
-                (void)uct_remapring_ring_writer_yield(&writer);
+                (void)remapring_ring_writer_yield(&writer);
             }
             break;
         }
@@ -374,12 +373,12 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     }
 
     /* holds outlive the ring; then every block is free again */
-    uct_remapring_wire_destroy(wire);
-    uct_remapring_ring_destroy(ring);
+    remapring_wire_destroy(wire);
+    remapring_ring_destroy(ring);
     while (nheld > 0) {
-        FUZZ_CHECK(uct_remapring_ring_release(pool, held[--nheld]) == UCS_OK);
+        FUZZ_CHECK(remapring_ring_release(pool, held[--nheld]) == UCS_OK);
     }
-    uct_remapring_pool_get_stats(pool, &stats);
+    remapring_pool_get_stats(pool, &stats);
     FUZZ_CHECK(stats.nheld_blocks == 0);
     FUZZ_CHECK(stats.ndetached == 0);
     FUZZ_CHECK(stats.nfree == stats.nblocks);

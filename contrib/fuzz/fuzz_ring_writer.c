@@ -4,7 +4,7 @@
  * Fuzz target: the writer side of a ring, as a hostile reader sees it.
  *
  * A sender takes the ring's geometry from the receiver's control area
- * (uct_remapring_ring_info_t), reads the limit the receiver publishes, and
+ * (remapring_ring_info_t), reads the limit the receiver publishes, and
  * on the shm wire stores into the block the receiver's shared slot table
  * names for each slot, in a pool whose size the receiver declares. All of
  * it is the receiver's to write. Each input is a ring info (a valid one
@@ -27,9 +27,9 @@
 
 #include "fuzz_input.h"
 
-#include <uct/ib/remapring/ring.h>
-#include <uct/ib/remapring/ring_pool.h>
-#include <uct/ib/remapring/ring_wire.h>
+#include <uct/ib/remapring/ring/ring.h>
+#include <uct/ib/remapring/ring/ring_pool.h>
+#include <uct/ib/remapring/ring/ring_wire.h>
 
 #include <ucs/config/global_opts.h>
 #include <ucs/sys/math.h>
@@ -45,23 +45,22 @@
 #define FUZZ_MAX_SLOTS  64
 #define FUZZ_MAX_STEPS  256
 
-static uct_remapring_pool_t *pool;
-static uct_remapring_ring_ctl_t *ctl;
+static remapring_pool_t *pool;
+static remapring_ring_ctl_t *ctl;
 static uint32_t *slot_table;
 static uint8_t payload[2 * FUZZ_BLOCK_SIZE];
 
-static uint64_t fuzz_fake_limit(uct_remapring_wire_t *wire)
+static uint64_t fuzz_fake_limit(remapring_wire_t *wire)
 {
     return 0;
 }
 
 /* a wire for writer_init alone: it reads the limit once */
-static const uct_remapring_wire_ops_t fuzz_fake_ops = {
-        .limit = fuzz_fake_limit};
+static const remapring_wire_ops_t fuzz_fake_ops = {.limit = fuzz_fake_limit};
 
 int LLVMFuzzerInitialize(int *argc, char ***argv)
 {
-    uct_remapring_pool_params_t params;
+    remapring_pool_params_t params;
     uint32_t block;
     unsigned i;
 
@@ -71,17 +70,17 @@ int LLVMFuzzerInitialize(int *argc, char ***argv)
 
     /* the receiver's pool: a sealed memfd of FUZZ_MAX_BLOCKS blocks, all
      * made, so the file's end is known */
-    uct_remapring_pool_params_default(&params);
+    remapring_pool_params_default(&params);
     params.block_size  = FUZZ_BLOCK_SIZE;
     params.init_blocks = FUZZ_MAX_BLOCKS;
     params.grow_blocks = FUZZ_MAX_BLOCKS;
     params.max_blocks  = FUZZ_MAX_BLOCKS;
     params.name        = "fuzz-ring-writer";
-    if (uct_remapring_pool_create(&params, &pool) != UCS_OK) {
+    if (remapring_pool_create(&params, &pool) != UCS_OK) {
         abort();
     }
     for (i = 0; i < FUZZ_MAX_BLOCKS; ++i) {
-        if (uct_remapring_pool_block_get(pool, &block) != UCS_OK) {
+        if (remapring_pool_block_get(pool, &block) != UCS_OK) {
             abort();
         }
     }
@@ -102,7 +101,7 @@ int LLVMFuzzerInitialize(int *argc, char ***argv)
 }
 
 /* A valid info, then the fields the input replaces */
-static void fuzz_info(fuzz_input_t *in, uct_remapring_ring_info_t *info)
+static void fuzz_info(fuzz_input_t *in, remapring_ring_info_t *info)
 {
     uint8_t mask = fuzz_u8(in);
 
@@ -115,7 +114,7 @@ static void fuzz_info(fuzz_input_t *in, uct_remapring_ring_info_t *info)
         return;
     }
 
-    info->magic        = UCT_REMAPRING_RING_CTL_MAGIC;
+    info->magic        = REMAPRING_RING_CTL_MAGIC;
     info->view_addr    = 0;
     info->nonce        = 0x1234567890abcdefull;
     info->block_size   = FUZZ_BLOCK_SIZE;
@@ -124,7 +123,7 @@ static void fuzz_info(fuzz_input_t *in, uct_remapring_ring_info_t *info)
     info->inline_max   = 256;
     info->align        = 1;
     info->align_offset = 0;
-    info->commit       = UCT_REMAPRING_RING_COMMIT_STAMP;
+    info->commit       = REMAPRING_RING_COMMIT_STAMP;
     info->rec_align    = 0;
     if (mask & 0x01) {
         info->block_size = fuzz_u32(in);
@@ -155,11 +154,11 @@ static void fuzz_info(fuzz_input_t *in, uct_remapring_ring_info_t *info)
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
     fuzz_input_t in = {data, size};
-    uct_remapring_ring_writer_t writer;
-    uct_remapring_ring_info_t info;
-    uct_remapring_ring_layout_t *layout;
-    struct iovec iov[UCT_REMAPRING_RING_MAX_IOV + 1];
-    uct_remapring_wire_t *wire;
+    remapring_ring_writer_t writer;
+    remapring_ring_info_t info;
+    remapring_ring_layout_t *layout;
+    struct iovec iov[REMAPRING_RING_MAX_IOV + 1];
+    remapring_wire_t *wire;
     uint32_t pool_blocks, length, piece, left;
     size_t window;
     ucs_status_t status;
@@ -174,13 +173,13 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         (info.nslots > FUZZ_MAX_SLOTS)) {
         /* a geometry the shm wire cannot be made for: the writer alone,
          * on a wire of that window, must refuse it or accept it whole */
-        uct_remapring_wire_t fake = {.ops         = &fuzz_fake_ops,
-                                     .window_size = window,
-                                     .can_stamp   = 1};
+        remapring_wire_t fake = {.ops         = &fuzz_fake_ops,
+                                 .window_size = window,
+                                 .can_stamp   = 1};
 
-        if (uct_remapring_ring_writer_init(&writer, &info, &fake) == UCS_OK) {
+        if (remapring_ring_writer_init(&writer, &info, &fake) == UCS_OK) {
             layout = &writer.layout;
-            FUZZ_CHECK(sizeof(uct_remapring_ring_hdr_t) + layout->reserve +
+            FUZZ_CHECK(sizeof(remapring_ring_hdr_t) + layout->reserve +
                                layout->align - 1 +
                                (uint64_t)writer.max_payload <=
                        writer.block_size);
@@ -196,22 +195,21 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     ctl->info  = info;
     ctl->limit = window;
 
-    status = uct_remapring_wire_shm_create(pool->fd, FUZZ_BLOCK_SIZE,
-                                           pool_blocks, slot_table, window, ctl,
-                                           &wire);
+    status = remapring_wire_shm_create(pool->fd, FUZZ_BLOCK_SIZE, pool_blocks,
+                                       slot_table, window, ctl, &wire);
     if (status != UCS_OK) {
         return 0;
     }
 
-    status = uct_remapring_ring_writer_init(&writer, &info, wire);
+    status = remapring_ring_writer_init(&writer, &info, wire);
     if (status != UCS_OK) {
-        uct_remapring_wire_destroy(wire);
+        remapring_wire_destroy(wire);
         return 0;
     }
 
     layout = &writer.layout;
-    FUZZ_CHECK(sizeof(uct_remapring_ring_hdr_t) + layout->reserve +
-                       layout->align - 1 + (uint64_t)writer.max_payload <=
+    FUZZ_CHECK(sizeof(remapring_ring_hdr_t) + layout->reserve + layout->align -
+                       1 + (uint64_t)writer.max_payload <=
                writer.block_size);
 
     for (step = 0; (step < FUZZ_MAX_STEPS) && (in.size > 0); ++step) {
@@ -245,7 +243,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
                               fuzz_u32(&in) :
                               (uint32_t)(fuzz_u8(&in) | (fuzz_u8(&in) << 8))) %
                      (2 * FUZZ_BLOCK_SIZE + 1);
-            niov = fuzz_u8(&in) % (UCT_REMAPRING_RING_MAX_IOV + 2);
+            niov = fuzz_u8(&in) % (REMAPRING_RING_MAX_IOV + 2);
             for (i = 0, left = length; i < niov; ++i) {
                 piece = (i == niov - 1) ? left : ucs_min(left, fuzz_u8(&in));
                 iov[i].iov_base = payload + (length - left);
@@ -255,7 +253,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
             if (niov == 0) {
                 length = 0;
             }
-            status = uct_remapring_ring_writer_send(&writer, op, 0, iov, niov);
+            status = remapring_ring_writer_send(&writer, op, 0, iov, niov);
             if (status == UCS_OK) {
                 FUZZ_CHECK(length <= writer.max_payload);
                 FUZZ_CHECK(writer.tail <= writer.limit);
@@ -264,6 +262,6 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         }
     }
 
-    uct_remapring_wire_destroy(wire);
+    remapring_wire_destroy(wire);
     return 0;
 }

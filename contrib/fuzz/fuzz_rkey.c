@@ -24,7 +24,7 @@
 
 #include "fuzz_uct.h"
 
-#include <uct/ib/remapring/remapring_md.h>
+#include <uct/ib/remapring/sm/remapring_sm_md.h>
 
 #include <string.h>
 #include <unistd.h>

@@ -17,7 +17,7 @@
  * it an active message.
  *
  * What must hold, besides no crash, no sanitizer report and no leak:
- * - uct_remapring_iface_config_check() takes the settings or refuses them
+ * - uct_remapring_sm_iface_config_check() takes the settings or refuses them
  *   with UCS_ERR_INVALID_PARAM; an interface opens only with settings it
  *   takes, and opening takes less than libFuzzer's -timeout and -rss_limit
  *   (a setting that passes the check must not make it allocate or touch
@@ -34,8 +34,8 @@
 #include "fuzz_uct.h"
 
 #include <uct/base/uct_iface.h>
-#include <uct/ib/remapring/remapring_iface.h>
-#include <uct/ib/remapring/ring_pool.h>
+#include <uct/ib/remapring/sm/remapring_sm.h>
+#include <uct/ib/remapring/ring/ring_pool.h>
 
 #include <string.h>
 
@@ -173,7 +173,7 @@ static void fuzz_send_to(const fuzz_iface_t *rx)
 
 static void fuzz_open(uct_iface_config_t *config)
 {
-    uint64_t used = uct_remapring_pool_total_used();
+    uint64_t used = remapring_pool_blocks_in_use(NULL);
     const uct_remapring_iface_config_t *rconfig;
     fuzz_iface_t rx;
 
@@ -191,7 +191,7 @@ static void fuzz_open(uct_iface_config_t *config)
     fuzz_send_to(&rx);
 
     uct_iface_close(rx.iface);
-    FUZZ_CHECK(uct_remapring_pool_total_used() == used);
+    FUZZ_CHECK(remapring_pool_blocks_in_use(NULL) == used);
 }
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
@@ -215,8 +215,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         (void)uct_config_modify(config, name, value);
     }
 
-    status = uct_remapring_iface_config_check(
-            ucs_derived_of(config, uct_remapring_iface_config_t));
+    status = uct_remapring_sm_iface_config_check(
+            ucs_derived_of(config, uct_remapring_sm_iface_config_t));
     FUZZ_CHECK((status == UCS_OK) || (status == UCS_ERR_INVALID_PARAM));
     if (!(flags & 1)) {
         /* the settings alone */

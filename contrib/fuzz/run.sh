@@ -107,20 +107,21 @@ if [ ! -f "$build/Makefile" ] ||
     make -C "$build" clean >/dev/null
     echo "$cc $cflags" >"$build/fuzz-flags"
 fi
-make -C "$build" -j"$(nproc)" libremapring_ring.la libremapring_ucs.la \
-     libuct_remapring.la >/dev/null
+make -C "$build" -j"$(nproc)" libuct_remapring.la >/dev/null
 
-# the module's objects (not the .so): a target calls its internal functions
-# and registers the component from its constructor like the module does
-mod_objs=$(ls "$build"/src/uct/ib/remapring/.libs/libuct_remapring_la-*.o)
-ucx_src=$(sed -n 's/^UCX_SRC_DIR *= *//p' "$build/Makefile")
+# the module's code as the tests link it: its convenience libraries (the
+# constructors that register the components pulled in by name)
 int_cppflags=$(sed -n 's/^UCX_INT_CPPFLAGS *= *//p' "$build/Makefile")
 verbs_libs=$(sed -n 's/^VERBS_LIBS *= *//p' "$build/Makefile")
-defs=
-grep -q 'HAVE_VERBS_TRUE *= *$' "$build/Makefile" && defs=-DHAVE_VERBS=1
 common="$cflags -std=gnu11 -I$top/src -I$build/src -I$here"
 libs="$build/.libs/libremapring_ring.a $build/.libs/libremapring_ucs.a"
 libs+=" -lucp -luct -lucs -lucm -lpthread"
+core="-Wl,--undefined=uct_remapring_init $build/.libs/libuct_remapring_sm.a"
+if [ -f "$build/.libs/libuct_remapring_verbs.a" ]; then
+    core+=" -Wl,--undefined=uct_remapring_verbs_init"
+    core+=" $build/.libs/libuct_remapring_verbs.a"
+fi
+core+=" $build/.libs/libuct_remapring_base.a"
 mkdir -p "$build/fuzz"
 link() { # target, extra flags...
     local t=$1; shift
@@ -137,9 +138,9 @@ for t in "${targets[@]}"; do
         link "$t" "$here/$t.c" $libs ;;
     fuzz_rkey|fuzz_ep_addr|fuzz_ctl_rx|fuzz_settings)
         # UCX's internal headers: its config.h and its own idioms
-        link "$t" -DHAVE_CONFIG_H $int_cppflags $defs \
+        link "$t" -DHAVE_CONFIG_H $int_cppflags \
              -Wno-unknown-attributes "$here/$t.c" "$here/fuzz_uct.c" \
-             $mod_objs $libs $verbs_libs ;;
+             $core $libs $verbs_libs ;;
     *)
         echo "fuzz: no target $t (${all_targets[*]})" >&2
         exit 1 ;;

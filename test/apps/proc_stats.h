@@ -138,12 +138,16 @@ static inline long proc_stats_vmas(long *all_p, long *fold_p)
     return n;
 }
 
-/* The module's count of pool blocks in use, process-wide, if the module
- * is loaded (preloaded, or linked); NULL otherwise */
-static inline uint64_t (*proc_stats_pool_used_fn(void))(void)
+/* The module's count of pool blocks in use, process-wide, and their bytes
+ * (the one symbol the module exports for tests and tools) */
+typedef uint64_t (*proc_stats_pool_used_fn_t)(uint64_t *bytes_p);
+
+/* That function, if the module is loaded (preloaded, or linked); NULL
+ * otherwise */
+static inline proc_stats_pool_used_fn_t proc_stats_pool_used_fn(void)
 {
-    return (uint64_t(*)(void))dlsym(RTLD_DEFAULT,
-                                    "uct_remapring_pool_total_used");
+    return (proc_stats_pool_used_fn_t)dlsym(RTLD_DEFAULT,
+                                            "remapring_pool_blocks_in_use");
 }
 
 /* RSS and its anonymous and shared parts, in KiB (-1 where unknown) */
@@ -165,12 +169,13 @@ static inline void proc_stats_rss(proc_stats_t *s)
 }
 
 /* Everything above; pool_used from proc_stats_pool_used_fn() or NULL */
-static inline void proc_stats_read(proc_stats_t *s, uint64_t (*pool_used)(void))
+static inline void
+proc_stats_read(proc_stats_t *s, proc_stats_pool_used_fn_t pool_used)
 {
     proc_stats_rss(s);
     s->ring_vmas = proc_stats_vmas(&s->vmas, &s->fold_vmas);
     s->fds       = proc_stats_fds();
-    s->blocks    = (pool_used != NULL) ? (long)pool_used() : -1;
+    s->blocks    = (pool_used != NULL) ? (long)pool_used(NULL) : -1;
 }
 
 #endif

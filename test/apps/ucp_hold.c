@@ -100,7 +100,7 @@ static struct {
 
 /* -S: the module's pool block counter, and when the next sample is due */
 static struct {
-    uint64_t (*pool_used)(void);
+    proc_stats_pool_used_fn_t pool_used;
     double   t0;
     double   next;
 } sampler;
@@ -976,8 +976,10 @@ int main(int argc, char **argv)
         printf("samples every %.0f ms: sample side t_s rss_kib anon_kib "
                "shmem_kib vmas ring_vmas fold_vmas fds pool_blocks messages "
                "held%s\n",
-               opt.sample_ms, sampler.pool_used == NULL ?
-               " (no uct_remapring_pool_total_used(): pool_blocks -1)" : "");
+               opt.sample_ms,
+               sampler.pool_used == NULL ?
+                       " (no remapring_pool_blocks_in_use(): pool_blocks -1)" :
+                       "");
     }
     fflush(stdout);
 

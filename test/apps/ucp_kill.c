@@ -20,7 +20,7 @@
  * wrote before it died is still delivered), until its open file
  * descriptors, the mappings of the transport's memfds (/proc/self/maps)
  * and the blocks of the transport's receive pools in use
- * (uct_remapring_pool_total_used(), found with dlsym() in the preloaded
+ * (remapring_pool_blocks_in_use(), found with dlsym() in the preloaded
  * module) are what they were before the victim came: within a second, or
  * the trial fails (it waits up to 10 s, to tell slow from lost).
  *
@@ -88,7 +88,7 @@ static struct {
     int           ep_failed;
     ucs_status_t  ep_status;
     uint64_t      am_count;
-    uint64_t      (*pool_used)(void);
+    proc_stats_pool_used_fn_t pool_used;
 } g;
 
 static double now_sec(void)
@@ -106,7 +106,7 @@ static void take_counts(counts_t *c)
      * they grew to */
     c->fds    = proc_stats_fds();
     c->vmas   = proc_stats_vmas(NULL, NULL);
-    c->blocks = (g.pool_used != NULL) ? (long)g.pool_used() : -1;
+    c->blocks = (g.pool_used != NULL) ? (long)g.pool_used(NULL) : -1;
 }
 
 static int counts_equal(const counts_t *a, const counts_t *b)
@@ -725,8 +725,8 @@ int main(int argc, char **argv)
     signal(SIGPIPE, SIG_IGN);
     g.pool_used = proc_stats_pool_used_fn();
     if (g.pool_used == NULL) {
-        fprintf(stderr, "ucp_kill: no uct_remapring_pool_total_used(): is"
-                " the remapring module preloaded?\n");
+        fprintf(stderr, "ucp_kill: no remapring_pool_blocks_in_use(): is"
+                        " the remapring module preloaded?\n");
         return 2;
     }
     if (setup_ucp()) {

@@ -18,10 +18,9 @@
  * Memory of the receiver, each before the storm and at its peak:
  *   rss_anon, rss_file, rss_shmem  RssAnon, RssFile, RssShmem of
  *                                  /proc/self/status
- *   pool_used    remapring's receive pool blocks off their free lists
- *                (uct_remapring_pool_total_used(), found with dlsym() in the
- *                preloaded module) times the block size
- *                (UCX_REMAPRING_BLOCK_SIZE, 128k by default)
+ *   pool_used    the bytes of remapring's receive pool blocks off their
+ *                free lists (remapring_pool_blocks_in_use(), found with
+ *                dlsym() in the loaded module)
  *   pool_memfd   the bytes the pool memfds really hold (st_blocks * 512:
  *                the pool punches the pages of a kept block that no kept
  *                message touches, and folds the pages they use in part
@@ -111,15 +110,14 @@ typedef struct {
 
 typedef struct {
     uint64_t rss_anon, rss_file, rss_shmem; /* bytes */
-    uint64_t pool_used;                     /* bytes, blocks * block size */
+    uint64_t pool_used; /* bytes of blocks in use */
     uint64_t pool_memfd;                    /* bytes allocated */
 } mem_t;
 
 static int oob_fd = -1;
 
 static struct {
-    uint64_t (*pool_used)(void);
-    size_t   block_size;
+    uint64_t (*pool_used)(uint64_t *bytes_p);
     int      fds[MAX_POOLS];
     int      nfds;
 } pool;
@@ -298,10 +296,9 @@ static void find_pools(void)
     char          path[300], link[256];
     ssize_t       n;
 
-    pool.pool_used  = (uint64_t (*)(void))dlsym(RTLD_DEFAULT,
-                                               "uct_remapring_pool_total_used");
-    pool.block_size = parse_size(getenv("UCX_REMAPRING_BLOCK_SIZE"), 131072);
-    pool.nfds       = 0;
+    pool.pool_used = (uint64_t(*)(
+            uint64_t *))dlsym(RTLD_DEFAULT, "remapring_pool_blocks_in_use");
+    pool.nfds      = 0;
     if (dir == NULL) {
         return;
     }
@@ -342,7 +339,7 @@ static void sample(mem_t *m)
         fclose(f);
     }
     if (pool.pool_used != NULL) {
-        m->pool_used = pool.pool_used() * pool.block_size;
+        pool.pool_used(&m->pool_used);
     }
     for (k = 0; k < pool.nfds; ++k) {
         if (fstat(pool.fds[k], &st) == 0) {
@@ -756,9 +753,7 @@ static int receiver(void)
         printf("storm: no remapring module in this process: no pool "
                "figures\n");
     } else {
-        printf("storm: %d remapring pool and fold memfd(s), blocks of %zu "
-               "bytes\n",
-               pool.nfds, pool.block_size);
+        printf("storm: %d remapring pool and fold memfd(s)\n", pool.nfds);
     }
 
     /* the flow receives and their requests: in RSS before the storm */

@@ -139,6 +139,7 @@ sort > "$tmp/expected" <<EOF
 ./usr/share/doc/remapring/copyright
 ./usr/share/lintian/overrides/remapring
 ./usr/share/man/man1/remapring-run.1.gz
+./usr/share/man/man7/remapring.7.gz
 EOF
 sed 's/^/   /' "$tmp/files"
 diff -u "$tmp/expected" "$tmp/files" || fail "the package's files differ"
@@ -160,6 +161,13 @@ sections=$(zcat "$tmp/root/usr/share/man/man1/remapring-run.1.gz" |
 for s in NAME SYNOPSIS DESCRIPTION ENVIRONMENT EXAMPLES "SEE ALSO"; do
     [[ ",$sections," == *",$s,"* ]] || fail "the man page has no $s: $sections"
 done
+# remapring(7): its settings made from the configuration tables, every one
+zcat "$tmp/root/usr/share/man/man7/remapring.7.gz" > "$tmp/remapring.7"
+for v in UCX_REMAPRING_BLOCK_SIZE UCX_REMAPRING_WIRE UCX_REMAPRING_MEMCACHE \
+         UCX_REMAPRING_NOTIFIER UCX_REMAPRING_VERBS_MODE; do
+    grep -qx "\.B $v" "$tmp/remapring.7" || fail "remapring(7) has no $v"
+done
+grep -q '@SETTINGS@' "$tmp/remapring.7" && fail "remapring(7) was not filled in"
 took "dpkg-deb -c"
 
 note "dpkg-deb -I: the fields"
@@ -309,6 +317,7 @@ grep -E "(Memory domain|Transport): remapring" "$tmp/ucx_info" |
 man_page=/usr/share/man/man1/remapring-run.1.gz
 [ "$(dpkg-query -S "$man_page" 2>/dev/null)" = "remapring: $man_page" ] &&
     man -w remapring-run >/dev/null || fail "man remapring-run finds no page"
+man -w 7 remapring >/dev/null || fail "man 7 remapring finds no page"
 took "the installed package"
 
 note "apt-get remove (and purge): no file left behind"

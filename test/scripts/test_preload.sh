@@ -3,7 +3,8 @@
 # Copyright (c) remapring contributors. See file LICENSE for terms.
 #
 # The preloaded module is visible to ucx_info (component, memory domain,
-# transport, settings) and harmless to processes that select other
+# transport, settings, the same as remapring(7) lists), exports one symbol,
+# and is harmless to processes that select other
 # transports: ucx_perftest tag_lat with UCX_TLS=posix,self picks the same
 # lanes with and without the module, and the module's memory notifier never
 # starts there. With the default UCX_TLS the module is weighed like any
@@ -27,6 +28,24 @@ LD_PRELOAD=$REMAPRING_MODULE ucx_info -c -f > "$tmp/c" 2>&1 || fail "ucx_info -c
 for s in BLOCK_SIZE RING_SLOTS POOL_MAX CREDIT_BATCH; do
     grep -q "^UCX_REMAPRING_$s=" "$tmp/c" || fail "UCX_REMAPRING_$s not shown"
 done
+
+note "remapring(7) lists the settings ucx_info -c -f shows"
+# UCX's own rows every transport inherits (ALLOC, FAILURE, MAX_NUM_EPS)
+# are ucx_info's to document
+man7=${REMAPRING_BUILDDIR:?}/contrib/man/remapring.7
+[ -f "$man7" ] || fail "no $man7"
+grep -o '^UCX_REMAPRING_[A-Z_]*' "$tmp/c" | sort -u |
+    grep -vx 'UCX_REMAPRING_\(ALLOC\|FAILURE\|MAX_NUM_EPS\)' > "$tmp/info.vars"
+sed -n 's/^\.B \(UCX_REMAPRING_[A-Z_]*\)$/\1/p' "$man7" | sort -u > "$tmp/man.vars"
+echo "   $(wc -l < "$tmp/man.vars") settings in remapring(7)"
+diff -u "$tmp/info.vars" "$tmp/man.vars" ||
+    fail "remapring(7) and ucx_info -c -f differ"
+
+note "the module exports remapring_pool_blocks_in_use() alone"
+nm -D --defined-only "$REMAPRING_MODULE" | awk '{print $3}' > "$tmp/exports"
+sed 's/^/   /' "$tmp/exports"
+[ "$(cat "$tmp/exports")" = remapring_pool_blocks_in_use ] ||
+    fail "the module exports more than its one symbol"
 
 for tls in posix,self default; do
     for preload in no yes; do

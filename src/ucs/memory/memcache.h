@@ -18,6 +18,18 @@
  * deregistration callback then runs, outside the notifier's monitor, once
  * the last user has put the region.
  *
+ * Why not ucs_rcache: UCS's registration cache learns of unmaps only from
+ * UCM's VM_UNMAPPED event, that is from UCM's hooks (binary patching of
+ * mmap/munmap/madvise/brk, which fails with static binaries and some
+ * allocators) or from an external source declared before it is made; with
+ * neither it refuses to be created. This cache asks the notifier to watch
+ * exactly the ranges it holds, and the kernel reports their changes whatever
+ * the process's hooks, before munmap() returns. It also keeps what backs a
+ * range (memory type, memfd and offset), which answers detect_memory_type
+ * without a system call; ucs_rcache keeps the registration alone. The two
+ * work together: what the notifier reports also goes to UCM
+ * (ucm_bridge.c), so UCS's own caches drop those ranges too.
+ *
  * Costs: a hit is a read lock, a binary search and one atomic increment: no
  * system call. A miss costs the classification (one ioctl per VMA), one
  * UFFDIO_REGISTER, and the registration callback.

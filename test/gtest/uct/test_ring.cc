@@ -6,9 +6,9 @@
  * and two processes (cma wire).
  */
 
-#include <uct/ib/remapring/ring.h>
-#include <uct/ib/remapring/ring_copy.h>
-#include <uct/ib/remapring/ring_wire.h>
+#include <uct/ib/remapring/ring/ring.h>
+#include <uct/ib/remapring/ring/ring_copy.h>
+#include <uct/ib/remapring/ring/ring_wire.h>
 
 #include <ucs/debug/log_def.h>
 
@@ -83,15 +83,14 @@ protected:
         unsigned grant_min    = 0; /* shm: quiet grant in slots, 0 all */
         bool reclaim          = false; /* shm: a quiet ring gives back */
         int punch_after       = -1; /* -1: the pool's default */
-        uct_remapring_ring_commit_t commit = UCT_REMAPRING_RING_COMMIT_TAIL;
+        remapring_ring_commit_t commit = REMAPRING_RING_COMMIT_TAIL;
     };
 
     void SetUp() override
     {
-        m_ctl = (uct_remapring_ring_ctl_t *)mmap(NULL, sizeof(*m_ctl),
-                                                 PROT_READ | PROT_WRITE,
-                                                 MAP_SHARED | MAP_ANONYMOUS, -1,
-                                                 0);
+        m_ctl = (remapring_ring_ctl_t *)mmap(NULL, sizeof(*m_ctl),
+                                             PROT_READ | PROT_WRITE,
+                                             MAP_SHARED | MAP_ANONYMOUS, -1, 0);
         ASSERT_NE(MAP_FAILED, (void *)m_ctl);
     }
 
@@ -103,13 +102,13 @@ protected:
 
     void init(const config &cfg)
     {
-        uct_remapring_pool_params_t pool_params;
-        uct_remapring_ring_params_t ring_params;
-        uct_remapring_ring_info_t info;
+        remapring_pool_params_t pool_params;
+        remapring_ring_params_t ring_params;
+        remapring_ring_info_t info;
 
         destroy();
         m_cfg = cfg;
-        uct_remapring_pool_params_default(&pool_params);
+        remapring_pool_params_default(&pool_params);
         pool_params.block_size  = cfg.block_size;
         pool_params.init_blocks = cfg.init_blocks;
         pool_params.grow_blocks = cfg.grow_blocks;
@@ -117,9 +116,9 @@ protected:
         if (cfg.punch_after >= 0) {
             pool_params.punch_after = cfg.punch_after;
         }
-        ASSERT_EQ(UCS_OK, uct_remapring_pool_create(&pool_params, &m_pool));
+        ASSERT_EQ(UCS_OK, remapring_pool_create(&pool_params, &m_pool));
 
-        uct_remapring_ring_params_default(&ring_params);
+        remapring_ring_params_default(&ring_params);
         ring_params.nslots       = cfg.nslots;
         ring_params.headroom     = cfg.headroom;
         ring_params.inline_max   = cfg.inline_max;
@@ -132,48 +131,47 @@ protected:
             ring_params.grant_min    = cfg.grant_min;
             ring_params.reclaim      = cfg.reclaim;
         }
-        ASSERT_EQ(UCS_OK, uct_remapring_ring_create(m_pool, &ring_params, m_ctl,
-                                                    &m_ring));
+        ASSERT_EQ(UCS_OK,
+                  remapring_ring_create(m_pool, &ring_params, m_ctl, &m_ring));
 
         if (cfg.shm) {
-            ASSERT_EQ(UCS_OK, uct_remapring_wire_shm_create(
+            ASSERT_EQ(UCS_OK, remapring_wire_shm_create(
                                       m_pool->fd, cfg.block_size,
                                       cfg.max_blocks, m_shared_slots.data(),
                                       m_ring->window_size, m_ctl, &m_wire));
         } else {
-            ASSERT_EQ(UCS_OK, uct_remapring_wire_local_create(
-                                      m_ring->view, m_ring->window_size,
-                                      m_ctl, &m_wire));
+            ASSERT_EQ(UCS_OK, remapring_wire_local_create(m_ring->view,
+                                                          m_ring->window_size,
+                                                          m_ctl, &m_wire));
         }
-        uct_remapring_ring_get_info(m_ring, &info);
-        ASSERT_EQ(UCS_OK,
-                  uct_remapring_ring_writer_init(&m_writer, &info, m_wire));
+        remapring_ring_get_info(m_ring, &info);
+        ASSERT_EQ(UCS_OK, remapring_ring_writer_init(&m_writer, &info, m_wire));
         m_send_seq = m_recv_seq = 0;
     }
 
     void destroy()
     {
         for (const held_rec &h : m_held) {
-            uct_remapring_ring_release(m_pool, h.payload);
+            remapring_ring_release(m_pool, h.payload);
         }
         m_held.clear();
         if (m_wire != NULL) {
-            uct_remapring_wire_destroy(m_wire);
+            remapring_wire_destroy(m_wire);
             m_wire = NULL;
         }
         if (m_ring != NULL) {
-            uct_remapring_ring_destroy(m_ring);
+            remapring_ring_destroy(m_ring);
             m_ring = NULL;
         }
         if (m_pool != NULL) {
-            uct_remapring_pool_destroy(m_pool);
+            remapring_pool_destroy(m_pool);
             m_pool = NULL;
         }
     }
 
     size_t capacity() const
     {
-        return uct_remapring_ring_writer_max_payload(&m_writer);
+        return remapring_ring_writer_max_payload(&m_writer);
     }
 
     ucs_status_t send(size_t length)
@@ -183,8 +181,8 @@ protected:
         ucs_status_t status;
 
         fill_payload(buf.data(), length, m_send_seq);
-        status = uct_remapring_ring_writer_send(&m_writer, (uint8_t)m_send_seq,
-                                                0, &iov, 1);
+        status = remapring_ring_writer_send(&m_writer, (uint8_t)m_send_seq, 0,
+                                            &iov, 1);
         if (status == UCS_OK) {
             m_sent_len.push_back((uint32_t)length);
             ++m_send_seq;
@@ -199,13 +197,13 @@ protected:
     ucs_status_t send_direct(size_t length, bool *direct_p = NULL)
     {
         std::vector<uint8_t> buf(length);
-        uct_remapring_ring_direct_t d;
+        remapring_ring_direct_t d;
         uint64_t header;
         bool direct;
 
         fill_payload(buf.data(), length, m_send_seq);
         memcpy(&header, buf.data(), sizeof(header));
-        direct = uct_remapring_ring_writer_direct_begin(&m_writer, length, &d);
+        direct = remapring_ring_writer_direct_begin(&m_writer, length, &d);
         if (direct_p != NULL) {
             *direct_p = direct;
         }
@@ -217,8 +215,8 @@ protected:
         memcpy(d.payload, &header, sizeof(header));
         memcpy(d.payload + sizeof(header), buf.data() + sizeof(header),
                length - sizeof(header));
-        uct_remapring_ring_writer_direct_commit(&m_writer, &d,
-                                                (uint8_t)m_send_seq, length);
+        remapring_ring_writer_direct_commit(&m_writer, &d, (uint8_t)m_send_seq,
+                                            length);
         m_sent_len.push_back((uint32_t)length);
         ++m_send_seq;
         return UCS_OK;
@@ -227,8 +225,8 @@ protected:
     /* Poll one record and check it; returns false if there is none */
     bool recv(bool hold)
     {
-        uct_remapring_ring_rx_t rx;
-        ucs_status_t status = uct_remapring_ring_poll(m_ring, &rx);
+        remapring_ring_rx_t rx;
+        ucs_status_t status = remapring_ring_poll(m_ring, &rx);
 
         if (status == UCS_ERR_NO_PROGRESS) {
             return false;
@@ -242,7 +240,7 @@ protected:
         EXPECT_EQ((uint8_t)m_recv_seq, rx.am_id);
         EXPECT_TRUE(check_payload(rx.payload, rx.length, m_recv_seq))
                 << "seq " << m_recv_seq;
-        EXPECT_EQ(0u, (uintptr_t)rx.payload % UCT_REMAPRING_RING_PAYLOAD_ALIGN);
+        EXPECT_EQ(0u, (uintptr_t)rx.payload % REMAPRING_RING_PAYLOAD_ALIGN);
         m_sent_len.pop_front();
 
         if (hold && !rx.is_inline) {
@@ -252,7 +250,7 @@ protected:
         if (hold) {
             m_held.push_back({rx.payload, rx.length, m_recv_seq});
         }
-        uct_remapring_ring_consume(m_ring, &rx, hold);
+        remapring_ring_consume(m_ring, &rx, hold);
         ++m_recv_seq;
         return true;
     }
@@ -277,7 +275,7 @@ protected:
     {
         check_held(m_held[index]);
         ASSERT_EQ(UCS_OK,
-                  uct_remapring_ring_release(m_pool, m_held[index].payload));
+                  remapring_ring_release(m_pool, m_held[index].payload));
         m_held.erase(m_held.begin() + index);
     }
 
@@ -289,17 +287,17 @@ protected:
         }
     }
 
-    uct_remapring_pool_stats_t pool_stats()
+    remapring_pool_stats_t pool_stats()
     {
-        uct_remapring_pool_stats_t stats;
-        uct_remapring_pool_get_stats(m_pool, &stats);
+        remapring_pool_stats_t stats;
+        remapring_pool_get_stats(m_pool, &stats);
         return stats;
     }
 
-    uct_remapring_ring_stats_t ring_stats()
+    remapring_ring_stats_t ring_stats()
     {
-        uct_remapring_ring_stats_t stats;
-        uct_remapring_ring_get_stats(m_ring, &stats);
+        remapring_ring_stats_t stats;
+        remapring_ring_get_stats(m_ring, &stats);
         return stats;
     }
 
@@ -309,7 +307,7 @@ protected:
     forge(uint64_t offset, uint32_t length, uint8_t type, uint64_t tail_advance)
     {
         uint64_t off = m_writer.tail;
-        uct_remapring_ring_hdr_t hdr;
+        remapring_ring_hdr_t hdr;
 
         memset(&hdr, 0, sizeof(hdr));
         hdr.stamp  = offset ^ m_ring->nonce;
@@ -317,27 +315,27 @@ protected:
         hdr.type   = type;
         memcpy((char *)m_ring->view + (off & (m_ring->window_size - 1)), &hdr,
                sizeof(hdr));
-        if (m_cfg.commit == UCT_REMAPRING_RING_COMMIT_TAIL) {
-            uct_remapring_ring_ctl_store_tail(m_ctl, off + tail_advance);
+        if (m_cfg.commit == REMAPRING_RING_COMMIT_TAIL) {
+            remapring_ring_ctl_store_tail(m_ctl, off + tail_advance);
         }
     }
 
     void expect_rejected()
     {
-        uct_remapring_ring_rx_t rx;
+        remapring_ring_rx_t rx;
 
-        EXPECT_EQ(UCS_ERR_IO_ERROR, uct_remapring_ring_poll(m_ring, &rx));
+        EXPECT_EQ(UCS_ERR_IO_ERROR, remapring_ring_poll(m_ring, &rx));
         /* sticky: the bad record is never followed */
-        EXPECT_EQ(UCS_ERR_IO_ERROR, uct_remapring_ring_poll(m_ring, &rx));
+        EXPECT_EQ(UCS_ERR_IO_ERROR, remapring_ring_poll(m_ring, &rx));
     }
 
     config m_cfg;
-    uct_remapring_ring_ctl_t *m_ctl = NULL;
-    uct_remapring_pool_t *m_pool    = NULL;
-    uct_remapring_ring_t *m_ring    = NULL;
-    uct_remapring_wire_t *m_wire    = NULL;
+    remapring_ring_ctl_t *m_ctl = NULL;
+    remapring_pool_t *m_pool    = NULL;
+    remapring_ring_t *m_ring    = NULL;
+    remapring_wire_t *m_wire    = NULL;
     std::vector<uint32_t> m_shared_slots;
-    uct_remapring_ring_writer_t m_writer;
+    remapring_ring_writer_t m_writer;
     uint64_t m_send_seq      = 0;
     uint64_t m_recv_seq      = 0;
     uint64_t m_direct_misses = 0;
@@ -365,32 +363,31 @@ TEST_F(test_ring, layout_inline_and_descriptor)
     cfg.inline_max = 128;
     cfg.headroom   = 80;
     init(cfg);
-    uct_remapring_ring_rx_t rx;
+    remapring_ring_rx_t rx;
 
     ASSERT_EQ(UCS_OK, send(8));
-    ASSERT_EQ(UCS_OK, uct_remapring_ring_poll(m_ring, &rx));
+    ASSERT_EQ(UCS_OK, remapring_ring_poll(m_ring, &rx));
     EXPECT_TRUE(rx.is_inline);
     EXPECT_EQ(64u, rx.next - rx.offset);
-    EXPECT_EQ(sizeof(uct_remapring_ring_hdr_t),
-              (uintptr_t)rx.payload % 64);
-    uct_remapring_ring_consume(m_ring, &rx, 0);
+    EXPECT_EQ(sizeof(remapring_ring_hdr_t), (uintptr_t)rx.payload % 64);
+    remapring_ring_consume(m_ring, &rx, 0);
     m_sent_len.pop_front();
 
     ASSERT_EQ(UCS_OK, send(129));
-    ASSERT_EQ(UCS_OK, uct_remapring_ring_poll(m_ring, &rx));
+    ASSERT_EQ(UCS_OK, remapring_ring_poll(m_ring, &rx));
     EXPECT_FALSE(rx.is_inline);
     /* the headroom is just the bytes between the record's start and the
      * payload: header and reserve */
     EXPECT_EQ(80u, (uintptr_t)rx.payload % cfg.block_size -
                            (rx.offset % cfg.block_size));
     EXPECT_EQ(256u, rx.next - rx.offset); /* align64(80 + 129) */
-    uct_remapring_ring_consume(m_ring, &rx, 0);
+    remapring_ring_consume(m_ring, &rx, 0);
     m_sent_len.pop_front();
     m_recv_seq = m_send_seq;
 
     /* a payload of inline_max is inline, one more byte is not */
     ASSERT_EQ(UCS_OK, send(128));
-    ASSERT_EQ(UCS_OK, uct_remapring_ring_poll(m_ring, &rx));
+    ASSERT_EQ(UCS_OK, remapring_ring_poll(m_ring, &rx));
     EXPECT_TRUE(rx.is_inline);
     EXPECT_EQ(192u, rx.next - rx.offset); /* align64(16 + 128) */
 }
@@ -401,7 +398,7 @@ TEST_F(test_ring, stamp_commit)
 {
     config cfg;
     cfg.nslots     = 2;
-    cfg.commit     = UCT_REMAPRING_RING_COMMIT_STAMP;
+    cfg.commit     = REMAPRING_RING_COMMIT_STAMP;
     cfg.inline_max = 256;
     init(cfg);
 
@@ -411,20 +408,19 @@ TEST_F(test_ring, stamp_commit)
         drain();
         EXPECT_EQ(m_send_seq, m_recv_seq);
     }
-    EXPECT_EQ(0u, uct_remapring_ring_ctl_load_tail(m_ctl));
-    EXPECT_TRUE(uct_remapring_ring_is_empty(m_ring));
+    EXPECT_EQ(0u, remapring_ring_ctl_load_tail(m_ctl));
+    EXPECT_TRUE(remapring_ring_is_empty(m_ring));
 
     /* behind the head lie last lap's records: not followed */
-    uct_remapring_ring_hdr_t old;
+    remapring_ring_hdr_t old;
     memcpy(&old, (char*)m_ring->view + (m_ring->head & (m_ring->window_size - 1)),
            sizeof(old));
     EXPECT_NE(m_ring->head ^ m_ring->nonce, old.stamp);
     EXPECT_FALSE(recv(false));
 
     /* a header stamped right but lying about its length is refused */
-    forge(m_writer.tail, (uint32_t)capacity() + 1,
-          UCT_REMAPRING_RING_REC_DATA, 0);
-    EXPECT_FALSE(uct_remapring_ring_is_empty(m_ring));
+    forge(m_writer.tail, (uint32_t)capacity() + 1, REMAPRING_RING_REC_DATA, 0);
+    EXPECT_FALSE(remapring_ring_is_empty(m_ring));
     expect_rejected();
 }
 
@@ -433,7 +429,7 @@ TEST_F(test_ring, stamp_commit)
 TEST_F(test_ring, stamp_inline_past_slot)
 {
     config cfg;
-    cfg.commit     = UCT_REMAPRING_RING_COMMIT_STAMP;
+    cfg.commit     = REMAPRING_RING_COMMIT_STAMP;
     cfg.inline_max = 256;
     init(cfg);
 
@@ -443,7 +439,7 @@ TEST_F(test_ring, stamp_inline_past_slot)
     }
     drain();
     EXPECT_EQ(cfg.block_size - 64, m_ring->head);
-    forge(m_writer.tail, 200, UCT_REMAPRING_RING_REC_DATA, 0);
+    forge(m_writer.tail, 200, REMAPRING_RING_REC_DATA, 0);
     expect_rejected();
 }
 
@@ -457,7 +453,7 @@ TEST_F(test_ring, iov_pieces)
                            {buf.data() + 10, 500},
                            {buf.data() + 510, 490}};
 
-    ASSERT_EQ(UCS_OK, uct_remapring_ring_writer_send(&m_writer, 0, 0, iov, 4));
+    ASSERT_EQ(UCS_OK, remapring_ring_writer_send(&m_writer, 0, 0, iov, 4));
     m_sent_len.push_back(1000);
     m_send_seq = 1;
     EXPECT_TRUE(recv(false));
@@ -476,20 +472,20 @@ TEST_F(test_ring, exceeds_limit)
  * (found by contrib/fuzz/fuzz_ring_writer) */
 TEST_F(test_ring, bad_info_alignment_wraps_max_payload)
 {
-    uct_remapring_ring_layout_t layout;
-    uct_remapring_ring_info_t info;
-    uct_remapring_ring_writer_t writer;
+    remapring_ring_layout_t layout;
+    remapring_ring_info_t info;
+    remapring_ring_writer_t writer;
 
     init(config());
-    uct_remapring_ring_get_info(m_ring, &info);
+    remapring_ring_get_info(m_ring, &info);
     info.align = 4096;
     EXPECT_EQ(UCS_ERR_INVALID_PARAM,
-              uct_remapring_ring_writer_init(&writer, &info, m_wire));
+              remapring_ring_writer_init(&writer, &info, m_wire));
 
-    uct_remapring_ring_layout_init(&layout, 256, 0, 4096, 0);
-    EXPECT_FALSE(uct_remapring_ring_geometry_valid(4096, 4, &layout));
-    uct_remapring_ring_layout_init(&layout, 256, 0, 4096, 0);
-    EXPECT_TRUE(uct_remapring_ring_geometry_valid(16384, 4, &layout));
+    remapring_ring_layout_init(&layout, 256, 0, 4096, 0);
+    EXPECT_FALSE(remapring_ring_geometry_valid(4096, 4, &layout));
+    remapring_ring_layout_init(&layout, 256, 0, 4096, 0);
+    EXPECT_TRUE(remapring_ring_geometry_valid(16384, 4, &layout));
 }
 
 /* Errors logged, counted instead of printed (ucs_log_push_handler) */
@@ -507,36 +503,37 @@ ring_count_errors(const char *file, unsigned line, const char *function,
     return UCS_LOG_FUNC_RC_CONTINUE;
 }
 
-/* Blocks past UCT_REMAPRING_RING_BLOCK_MAX: a record's length, a PAD's
+/* Blocks past REMAPRING_RING_BLOCK_MAX: a record's length, a PAD's
  * and the info's block size are 32-bit (a 4 GiB block passed the settings
  * check and read as 0 at the sender; found by contrib/fuzz/fuzz_settings) */
 TEST(test_ring_geometry, block_size_max)
 {
-    uct_remapring_ring_layout_t layout;
-    uct_remapring_pool_params_t params;
-    uct_remapring_pool_t *pool;
+    remapring_ring_layout_t layout;
+    remapring_pool_params_t params;
+    remapring_pool_t *pool;
 
-    uct_remapring_ring_layout_init(&layout, 256, 0, 1, 0);
-    EXPECT_TRUE(uct_remapring_ring_geometry_valid(
-            UCT_REMAPRING_RING_BLOCK_MAX, 2, &layout));
-    EXPECT_FALSE(uct_remapring_ring_geometry_valid(
-            UCT_REMAPRING_RING_BLOCK_MAX * 2, 2, &layout));
-    EXPECT_FALSE(uct_remapring_ring_geometry_valid(1ull << 32, 2, &layout));
-    /* and past UCT_REMAPRING_RING_SLOTS_MAX slots: 2^31 of them made the
+    remapring_ring_layout_init(&layout, 256, 0, 1, 0);
+    EXPECT_TRUE(remapring_ring_geometry_valid(REMAPRING_RING_BLOCK_MAX, 2,
+                                              &layout));
+    EXPECT_FALSE(remapring_ring_geometry_valid(REMAPRING_RING_BLOCK_MAX * 2, 2,
+                                               &layout));
+    EXPECT_FALSE(remapring_ring_geometry_valid(1ull << 32, 2, &layout));
+    /* and past REMAPRING_RING_SLOTS_MAX slots: 2^31 of them made the
      * slot table's size wrap to 0 (found by contrib/fuzz/fuzz_settings) */
-    EXPECT_TRUE(uct_remapring_ring_geometry_valid(
-            4096, UCT_REMAPRING_RING_SLOTS_MAX, &layout));
-    EXPECT_FALSE(uct_remapring_ring_geometry_valid(
-            4096, UCT_REMAPRING_RING_SLOTS_MAX * 2, &layout));
-    EXPECT_FALSE(uct_remapring_ring_geometry_valid(4096, 1u << 31, &layout));
+    EXPECT_TRUE(remapring_ring_geometry_valid(4096, REMAPRING_RING_SLOTS_MAX,
+                                              &layout));
+    EXPECT_FALSE(remapring_ring_geometry_valid(4096,
+                                               REMAPRING_RING_SLOTS_MAX * 2,
+                                               &layout));
+    EXPECT_FALSE(remapring_ring_geometry_valid(4096, 1u << 31, &layout));
 
-    uct_remapring_pool_params_default(&params);
-    params.block_size  = UCT_REMAPRING_POOL_BLOCK_MAX * 2;
+    remapring_pool_params_default(&params);
+    params.block_size  = REMAPRING_POOL_BLOCK_MAX * 2;
     params.init_blocks = 0;
     params.max_blocks  = 1;
     ring_log_errors = 0;
     ucs_log_push_handler(ring_count_errors);
-    EXPECT_EQ(UCS_ERR_INVALID_PARAM, uct_remapring_pool_create(&params, &pool));
+    EXPECT_EQ(UCS_ERR_INVALID_PARAM, remapring_pool_create(&params, &pool));
     ucs_log_pop_handler();
     EXPECT_EQ(1u, ring_log_errors);
 }
@@ -633,7 +630,7 @@ TEST_F(test_ring, hold_every_kth)
     drain([](uint64_t seq) { return (seq % k) == 0; });
     EXPECT_EQ(m_send_seq, m_recv_seq);
 
-    uct_remapring_pool_stats_t ps = pool_stats();
+    remapring_pool_stats_t ps = pool_stats();
     EXPECT_GT(ps.nremaps, 0u);
     EXPECT_GT(ps.ndetached, 0u);
     for (const held_rec &h : m_held) {
@@ -709,19 +706,19 @@ TEST_F(test_ring, shm_wire_bad_table_entry)
 TEST_F(test_ring, direct_path)
 {
     config cfg;
-    cfg.commit     = UCT_REMAPRING_RING_COMMIT_STAMP;
+    cfg.commit     = REMAPRING_RING_COMMIT_STAMP;
     cfg.inline_max = 256;
     init(cfg);
-    uct_remapring_ring_direct_t d;
-    EXPECT_FALSE(uct_remapring_ring_writer_direct_begin(&m_writer, 8, &d))
+    remapring_ring_direct_t d;
+    EXPECT_FALSE(remapring_ring_writer_direct_begin(&m_writer, 8, &d))
             << "the local wire has no direct stores";
 
     cfg.shm         = true;
     cfg.init_blocks = 2; /* the pool grows under the writer */
     cfg.max_blocks  = 64;
     init(cfg);
-    EXPECT_FALSE(uct_remapring_ring_writer_direct_begin(&m_writer,
-                                                        capacity() + 1, &d))
+    EXPECT_FALSE(
+            remapring_ring_writer_direct_begin(&m_writer, capacity() + 1, &d))
             << "a payload past the largest went the direct way";
 
     /* mostly inline records, some descriptor records up to a quarter of a
@@ -757,9 +754,9 @@ TEST_F(test_ring, direct_path)
     release_all_shuffled();
 
     /* TAIL commit: never */
-    cfg.commit = UCT_REMAPRING_RING_COMMIT_TAIL;
+    cfg.commit = REMAPRING_RING_COMMIT_TAIL;
     init(cfg);
-    EXPECT_FALSE(uct_remapring_ring_writer_direct_begin(&m_writer, 8, &d));
+    EXPECT_FALSE(remapring_ring_writer_direct_begin(&m_writer, 8, &d));
 }
 
 TEST_F(test_ring, hold_across_many_laps)
@@ -806,7 +803,7 @@ TEST_F(test_ring, release_out_of_order)
     EXPECT_GT(pool_stats().ndetached, 8u);
     release_all_shuffled();
 
-    uct_remapring_pool_stats_t ps = pool_stats();
+    remapring_pool_stats_t ps = pool_stats();
     EXPECT_EQ(0u, ps.ndetached);
     EXPECT_EQ(0u, ps.nholds);
     EXPECT_EQ(ps.nblocks - cfg.nslots, ps.nfree);
@@ -826,13 +823,14 @@ TEST_F(test_ring, release_out_of_order)
  * the end of the ring and of its pool */
 TEST_F(test_ring, pool_total_used)
 {
-    uint64_t before = uct_remapring_pool_total_used();
+    uint64_t before = remapring_pool_blocks_in_use(NULL);
     config cfg;
     cfg.nslots = 8;
     init(cfg);
 
-    uct_remapring_pool_stats_t ps = pool_stats();
-    EXPECT_EQ(before + ps.nblocks - ps.nfree, uct_remapring_pool_total_used());
+    remapring_pool_stats_t ps = pool_stats();
+    EXPECT_EQ(before + ps.nblocks - ps.nfree,
+              remapring_pool_blocks_in_use(NULL));
 
     for (unsigned lap = 0; lap < 3; ++lap) {
         while (send(500) == UCS_OK) {
@@ -841,14 +839,16 @@ TEST_F(test_ring, pool_total_used)
     }
     ps = pool_stats();
     EXPECT_GT(ps.ndetached, 0u);
-    EXPECT_EQ(before + ps.nblocks - ps.nfree, uct_remapring_pool_total_used());
+    EXPECT_EQ(before + ps.nblocks - ps.nfree,
+              remapring_pool_blocks_in_use(NULL));
 
     release_all_shuffled();
     ps = pool_stats();
-    EXPECT_EQ(before + ps.nblocks - ps.nfree, uct_remapring_pool_total_used());
+    EXPECT_EQ(before + ps.nblocks - ps.nfree,
+              remapring_pool_blocks_in_use(NULL));
 
     destroy();
-    EXPECT_EQ(before, uct_remapring_pool_total_used());
+    EXPECT_EQ(before, remapring_pool_blocks_in_use(NULL));
 }
 
 /* A record released while others of its block are still held gives back
@@ -856,17 +856,17 @@ TEST_F(test_ring, pool_total_used)
  * else when it is; an address in no held record releases nothing */
 TEST(test_ring_pool, partial_release_gives_back_pages)
 {
-    uct_remapring_pool_params_t params;
-    uct_remapring_pool_t *pool;
+    remapring_pool_params_t params;
+    remapring_pool_t *pool;
     uint32_t punched, listed;
     struct stat st;
 
-    uct_remapring_pool_params_default(&params);
+    remapring_pool_params_default(&params);
     params.block_size  = 64 * 1024;
     params.init_blocks = 4;
     params.punch_after = 1; /* the newest detached block waits whole */
     params.fold_pages  = 0; /* punching alone; folding: fold_* below */
-    ASSERT_EQ(UCS_OK, uct_remapring_pool_create(&params, &pool));
+    ASSERT_EQ(UCS_OK, remapring_pool_create(&params, &pool));
     const size_t page  = sysconf(_SC_PAGESIZE);
     const off_t ppage  = page / 512; /* st_blocks per page */
     ASSERT_EQ(16u, pool->pages_per_block) << "4 KiB pages assumed";
@@ -874,20 +874,20 @@ TEST(test_ring_pool, partial_release_gives_back_pages)
     /* a: page 0; b: pages 0-2; c: pages 4-7; d: page 7 */
     const size_t a = 0, b = 4000, c = 5 * page - 500, d = 8 * page - 100;
     for (uint32_t *block : {&punched, &listed}) {
-        ASSERT_EQ(UCS_OK, uct_remapring_pool_block_get(pool, block));
-        memset(uct_remapring_pool_block_addr(pool, *block), 0x5a,
+        ASSERT_EQ(UCS_OK, remapring_pool_block_get(pool, block));
+        memset(remapring_pool_block_addr(pool, *block), 0x5a,
                params.block_size); /* every page resident */
-        uct_remapring_pool_block_hold(pool, *block, a, a + 100);
-        uct_remapring_pool_block_hold(pool, *block, b, 3 * page - 10);
-        uct_remapring_pool_block_hold(pool, *block, c, d);
-        uct_remapring_pool_block_hold(pool, *block, d, d + 64);
+        remapring_pool_block_hold(pool, *block, a, a + 100);
+        remapring_pool_block_hold(pool, *block, b, 3 * page - 10);
+        remapring_pool_block_hold(pool, *block, c, d);
+        remapring_pool_block_hold(pool, *block, d, d + 64);
     }
 
     /* attached: a release changes no page */
-    EXPECT_EQ(UCT_REMAPRING_POOL_UNHOLD_HELD,
-              uct_remapring_pool_block_unhold(pool, listed, c + 10));
-    uct_remapring_pool_block_detach(pool, punched);
-    uct_remapring_pool_block_detach(pool, listed); /* punches the first */
+    EXPECT_EQ(REMAPRING_POOL_UNHOLD_HELD,
+              remapring_pool_block_unhold(pool, listed, c + 10));
+    remapring_pool_block_detach(pool, punched);
+    remapring_pool_block_detach(pool, listed); /* punches the first */
     EXPECT_EQ(7u + 16u, pool->stats.held_pages); /* pages 0-2, 4-7; whole */
 
     ASSERT_EQ(0, fstat(pool->fd, &st));
@@ -895,18 +895,18 @@ TEST(test_ring_pool, partial_release_gives_back_pages)
 
     /* b, then c: their pages wait for the next detach (a burst of
      * releases makes no system call of each) */
-    EXPECT_EQ(UCT_REMAPRING_POOL_UNHOLD_HELD,
-              uct_remapring_pool_block_unhold(pool, punched, b + 2 * page));
+    EXPECT_EQ(REMAPRING_POOL_UNHOLD_HELD,
+              remapring_pool_block_unhold(pool, punched, b + 2 * page));
 
     /* no held record there: nothing changes (b is gone, e never was) */
-    EXPECT_EQ(UCT_REMAPRING_POOL_UNHOLD_NONE,
-              uct_remapring_pool_block_unhold(pool, punched, b + page));
-    EXPECT_EQ(UCT_REMAPRING_POOL_UNHOLD_NONE,
-              uct_remapring_pool_block_unhold(pool, punched, 12 * page));
+    EXPECT_EQ(REMAPRING_POOL_UNHOLD_NONE,
+              remapring_pool_block_unhold(pool, punched, b + page));
+    EXPECT_EQ(REMAPRING_POOL_UNHOLD_NONE,
+              remapring_pool_block_unhold(pool, punched, 12 * page));
     EXPECT_EQ(3u, pool->blocks[punched].nholds);
 
-    EXPECT_EQ(UCT_REMAPRING_POOL_UNHOLD_HELD,
-              uct_remapring_pool_block_unhold(pool, punched, c));
+    EXPECT_EQ(REMAPRING_POOL_UNHOLD_HELD,
+              remapring_pool_block_unhold(pool, punched, c));
     EXPECT_EQ(7u + 16u, pool->stats.held_pages);
     ASSERT_EQ(0, fstat(pool->fd, &st));
     EXPECT_EQ(resident, st.st_blocks);
@@ -916,108 +916,108 @@ TEST(test_ring_pool, partial_release_gives_back_pages)
      * keeps the pages of what is still held there: a, b, d (c went while
      * attached) */
     uint32_t next;
-    ASSERT_EQ(UCS_OK, uct_remapring_pool_block_get(pool, &next));
-    uct_remapring_pool_block_hold(pool, next, 0, 64);
-    uct_remapring_pool_block_detach(pool, next);
+    ASSERT_EQ(UCS_OK, remapring_pool_block_get(pool, &next));
+    remapring_pool_block_hold(pool, next, 0, 64);
+    remapring_pool_block_detach(pool, next);
     EXPECT_EQ(2u + 4u + 16u, pool->stats.held_pages);
     ASSERT_EQ(0, fstat(pool->fd, &st));
     EXPECT_EQ(resident - (5 + 12) * ppage, st.st_blocks);
 
     /* the last holds free the blocks */
     for (size_t offset : {a, d}) {
-        uct_remapring_pool_block_unhold(pool, punched, offset);
+        remapring_pool_block_unhold(pool, punched, offset);
     }
     for (size_t offset : {a, b, d}) {
-        uct_remapring_pool_block_unhold(pool, listed, offset);
+        remapring_pool_block_unhold(pool, listed, offset);
     }
-    EXPECT_EQ(UCT_REMAPRING_POOL_UNHOLD_FREED,
-              uct_remapring_pool_block_unhold(pool, next, 0));
+    EXPECT_EQ(REMAPRING_POOL_UNHOLD_FREED,
+              remapring_pool_block_unhold(pool, next, 0));
     EXPECT_EQ(0u, pool->stats.held_pages);
     EXPECT_EQ(0u, pool->stats.ndetached);
     EXPECT_EQ(0u, pool->stats.nholds);
-    uct_remapring_pool_destroy(pool);
+    remapring_pool_destroy(pool);
 }
 
 /* Holds kept in the order they came, released in any order, the newest
  * included, and held again after: each release finds its record */
 TEST(test_ring_pool, hold_list_any_order)
 {
-    uct_remapring_pool_params_t params;
-    uct_remapring_pool_t *pool;
+    remapring_pool_params_t params;
+    remapring_pool_t *pool;
     uint32_t block;
 
-    uct_remapring_pool_params_default(&params);
+    remapring_pool_params_default(&params);
     params.init_blocks = 1;
-    ASSERT_EQ(UCS_OK, uct_remapring_pool_create(&params, &pool));
-    ASSERT_EQ(UCS_OK, uct_remapring_pool_block_get(pool, &block));
+    ASSERT_EQ(UCS_OK, remapring_pool_create(&params, &pool));
+    ASSERT_EQ(UCS_OK, remapring_pool_block_get(pool, &block));
 
     for (size_t r = 0; r < 4; ++r) {
-        uct_remapring_pool_block_hold(pool, block, r * 1000, r * 1000 + 900);
+        remapring_pool_block_hold(pool, block, r * 1000, r * 1000 + 900);
     }
     /* the newest, then one more after it */
-    EXPECT_EQ(UCT_REMAPRING_POOL_UNHOLD_HELD,
-              uct_remapring_pool_block_unhold(pool, block, 3000));
-    uct_remapring_pool_block_hold(pool, block, 4000, 4900);
+    EXPECT_EQ(REMAPRING_POOL_UNHOLD_HELD,
+              remapring_pool_block_unhold(pool, block, 3000));
+    remapring_pool_block_hold(pool, block, 4000, 4900);
     for (size_t offset : {1500, 4100, 2899}) {
-        EXPECT_EQ(UCT_REMAPRING_POOL_UNHOLD_HELD,
-                  uct_remapring_pool_block_unhold(pool, block, offset))
+        EXPECT_EQ(REMAPRING_POOL_UNHOLD_HELD,
+                  remapring_pool_block_unhold(pool, block, offset))
                 << offset;
     }
     /* released already, between two records, past the last */
     for (size_t offset : {1000, 950, 3000, 5000}) {
-        EXPECT_EQ(UCT_REMAPRING_POOL_UNHOLD_NONE,
-                  uct_remapring_pool_block_unhold(pool, block, offset))
+        EXPECT_EQ(REMAPRING_POOL_UNHOLD_NONE,
+                  remapring_pool_block_unhold(pool, block, offset))
                 << offset;
     }
     EXPECT_EQ(1u, pool->blocks[block].nholds); /* only 0-899 */
-    uct_remapring_pool_block_hold(pool, block, 5000, 5100); /* after it */
-    EXPECT_EQ(UCT_REMAPRING_POOL_UNHOLD_HELD,
-              uct_remapring_pool_block_unhold(pool, block, 5050));
-    EXPECT_EQ(UCT_REMAPRING_POOL_UNHOLD_ATTACHED,
-              uct_remapring_pool_block_unhold(pool, block, 899));
-    uct_remapring_pool_block_put(pool, block);
-    uct_remapring_pool_destroy(pool);
+    remapring_pool_block_hold(pool, block, 5000, 5100); /* after it */
+    EXPECT_EQ(REMAPRING_POOL_UNHOLD_HELD,
+              remapring_pool_block_unhold(pool, block, 5050));
+    EXPECT_EQ(REMAPRING_POOL_UNHOLD_ATTACHED,
+              remapring_pool_block_unhold(pool, block, 899));
+    remapring_pool_block_put(pool, block);
+    remapring_pool_destroy(pool);
 }
 
 /* A detached block with holds stays whole only so long: punched by the
  * next detach or punch_aged() once it waited punch_age_ns */
 TEST(test_ring_pool, punch_after_an_age)
 {
-    uct_remapring_pool_params_t params;
-    uct_remapring_pool_t *pool;
+    remapring_pool_params_t params;
+    remapring_pool_t *pool;
     uint32_t first, second;
 
-    uct_remapring_pool_params_default(&params);
+    remapring_pool_params_default(&params);
     params.block_size   = 64 * 1024;
     params.init_blocks  = 4;
     params.punch_after  = 16;
     params.punch_age_ns = 3600ull * 1000000000ull;
     params.fold_pages   = 0; /* punching alone */
-    ASSERT_EQ(UCS_OK, uct_remapring_pool_create(&params, &pool));
+    ASSERT_EQ(UCS_OK, remapring_pool_create(&params, &pool));
     const unsigned ppb = pool->pages_per_block;
 
-    ASSERT_EQ(UCS_OK, uct_remapring_pool_block_get(pool, &first));
-    uct_remapring_pool_block_hold(pool, first, 0, 64);
-    uct_remapring_pool_block_detach(pool, first);
-    uct_remapring_pool_punch_aged(pool);
+    ASSERT_EQ(UCS_OK, remapring_pool_block_get(pool, &first));
+    remapring_pool_block_hold(pool, first, 0, 64);
+    remapring_pool_block_detach(pool, first);
+    remapring_pool_punch_aged(pool);
     EXPECT_EQ((uint64_t)ppb, pool->stats.held_pages); /* young: whole */
 
     pool->punch_age_ns = 0; /* as if an hour went by */
-    uct_remapring_pool_punch_aged(pool);
+    remapring_pool_punch_aged(pool);
     EXPECT_EQ(1u, pool->stats.held_pages);
     EXPECT_EQ((uint64_t)1 << pool->page_shift, pool->stats.mem_bytes -
               ((uint64_t)(pool->nblocks - 1) * params.block_size));
 
     /* and a detach punches what is old at once, itself included */
-    ASSERT_EQ(UCS_OK, uct_remapring_pool_block_get(pool, &second));
-    uct_remapring_pool_block_hold(pool, second, 0, 64);
-    uct_remapring_pool_block_detach(pool, second);
+    ASSERT_EQ(UCS_OK, remapring_pool_block_get(pool, &second));
+    remapring_pool_block_hold(pool, second, 0, 64);
+    remapring_pool_block_detach(pool, second);
     EXPECT_EQ(2u, pool->stats.held_pages);
 
-    uct_remapring_pool_block_unhold(pool, first, 0);
-    uct_remapring_pool_block_unhold(pool, second, 0);
+    remapring_pool_block_unhold(pool, first, 0);
+    remapring_pool_block_unhold(pool, second, 0);
     EXPECT_EQ(0u, pool->stats.held_pages);
-    uct_remapring_pool_destroy(pool);
+    remapring_pool_destroy(pool);
 }
 
 /* A detached block with holds stays whole while it is among the newest
@@ -1026,31 +1026,31 @@ TEST(test_ring_pool, punch_after_an_age)
 TEST(test_ring_pool, punch_after_the_newest)
 {
     static const unsigned NBLOCKS = 24, AFTER = 16;
-    uct_remapring_pool_params_t params;
-    uct_remapring_pool_t *pool;
+    remapring_pool_params_t params;
+    remapring_pool_t *pool;
     uint32_t blocks[NBLOCKS];
     struct stat st;
 
-    uct_remapring_pool_params_default(&params);
+    remapring_pool_params_default(&params);
     params.block_size  = 64 * 1024;
     params.init_blocks  = NBLOCKS;
     params.punch_after  = AFTER;
     params.punch_age_ns = UINT64_MAX; /* the count alone */
     params.fold_pages   = 0; /* punching alone */
-    ASSERT_EQ(UCS_OK, uct_remapring_pool_create(&params, &pool));
+    ASSERT_EQ(UCS_OK, remapring_pool_create(&params, &pool));
     const unsigned ppb = pool->pages_per_block;
 
     for (unsigned i = 0; i < NBLOCKS; ++i) {
-        ASSERT_EQ(UCS_OK, uct_remapring_pool_block_get(pool, &blocks[i]));
-        memset(uct_remapring_pool_block_addr(pool, blocks[i]), 0x5a,
+        ASSERT_EQ(UCS_OK, remapring_pool_block_get(pool, &blocks[i]));
+        memset(remapring_pool_block_addr(pool, blocks[i]), 0x5a,
                params.block_size); /* every page resident */
-        uct_remapring_pool_block_hold(pool, blocks[i], 0, 64); /* page 0 */
+        remapring_pool_block_hold(pool, blocks[i], 0, 64); /* page 0 */
     }
     ASSERT_EQ(0, fstat(pool->fd, &st));
     const off_t resident = st.st_blocks;
 
     for (unsigned i = 0; i < NBLOCKS; ++i) {
-        uct_remapring_pool_block_detach(pool, blocks[i]);
+        remapring_pool_block_detach(pool, blocks[i]);
         unsigned punched = (i + 1 > AFTER) ? (i + 1 - AFTER) : 0;
         EXPECT_EQ((uint64_t)(i + 1 - punched) * ppb + punched,
                   pool->stats.held_pages) << "after " << (i + 1);
@@ -1062,30 +1062,30 @@ TEST(test_ring_pool, punch_after_the_newest)
               resident - st.st_blocks);
 
     /* released: a punched one and a whole one go back to the pool */
-    EXPECT_EQ(UCT_REMAPRING_POOL_UNHOLD_FREED,
-              uct_remapring_pool_block_unhold(pool, blocks[0], 0));
+    EXPECT_EQ(REMAPRING_POOL_UNHOLD_FREED,
+              remapring_pool_block_unhold(pool, blocks[0], 0));
     EXPECT_EQ((uint64_t)AFTER * ppb + (NBLOCKS - AFTER - 1),
               pool->stats.held_pages);
-    EXPECT_EQ(UCT_REMAPRING_POOL_UNHOLD_FREED,
-              uct_remapring_pool_block_unhold(pool, blocks[NBLOCKS - 1], 0));
+    EXPECT_EQ(REMAPRING_POOL_UNHOLD_FREED,
+              remapring_pool_block_unhold(pool, blocks[NBLOCKS - 1], 0));
     EXPECT_EQ((uint64_t)(AFTER - 1) * ppb + (NBLOCKS - AFTER - 1),
               pool->stats.held_pages);
 
     /* the next detach punches none: 15 wait whole */
     uint32_t again;
-    ASSERT_EQ(UCS_OK, uct_remapring_pool_block_get(pool, &again));
-    uct_remapring_pool_block_hold(pool, again, 0, 64);
-    uct_remapring_pool_block_detach(pool, again);
+    ASSERT_EQ(UCS_OK, remapring_pool_block_get(pool, &again));
+    remapring_pool_block_hold(pool, again, 0, 64);
+    remapring_pool_block_detach(pool, again);
     EXPECT_EQ((uint64_t)AFTER * ppb + (NBLOCKS - AFTER - 1),
               pool->stats.held_pages);
 
     for (unsigned i = 1; i < NBLOCKS - 1; ++i) {
-        uct_remapring_pool_block_unhold(pool, blocks[i], 0);
+        remapring_pool_block_unhold(pool, blocks[i], 0);
     }
-    uct_remapring_pool_block_unhold(pool, again, 0);
+    remapring_pool_block_unhold(pool, again, 0);
     EXPECT_EQ(0u, pool->stats.held_pages);
     EXPECT_EQ(0u, pool->stats.ndetached);
-    uct_remapring_pool_destroy(pool);
+    remapring_pool_destroy(pool);
 }
 
 
@@ -1096,67 +1096,67 @@ TEST(test_ring_pool, punch_window_follows_holds)
 {
     static const unsigned AFTER = 16, ROUNDS = 128;
     static const uint64_t HOUR  = 3600ull * 1000000000ull;
-    uct_remapring_pool_params_t params;
-    uct_remapring_pool_stats_t stats;
-    uct_remapring_pool_t *pool;
+    remapring_pool_params_t params;
+    remapring_pool_stats_t stats;
+    remapring_pool_t *pool;
     uint32_t block;
 
-    uct_remapring_pool_params_default(&params);
+    remapring_pool_params_default(&params);
     params.block_size   = 64 * 1024;
     params.init_blocks  = 4;
     params.punch_after  = AFTER;
     params.punch_age_ns = HOUR;
     params.fold_pages   = 0; /* punching alone */
-    ASSERT_EQ(UCS_OK, uct_remapring_pool_create(&params, &pool));
+    ASSERT_EQ(UCS_OK, remapring_pool_create(&params, &pool));
     const unsigned ppb = pool->pages_per_block;
 
-    uct_remapring_pool_get_stats(pool, &stats);
+    remapring_pool_get_stats(pool, &stats);
     EXPECT_EQ(AFTER, stats.punch_window); /* until blocks say otherwise */
 
     /* a block that waited whole for the age counts at once, and once */
-    ASSERT_EQ(UCS_OK, uct_remapring_pool_block_get(pool, &block));
-    uct_remapring_pool_block_hold(pool, block, 0, 64);
-    uct_remapring_pool_block_detach(pool, block);
+    ASSERT_EQ(UCS_OK, remapring_pool_block_get(pool, &block));
+    remapring_pool_block_hold(pool, block, 0, 64);
+    remapring_pool_block_detach(pool, block);
     pool->punch_age_ns = 0; /* as if an hour went by */
-    uct_remapring_pool_punch_aged(pool);
+    remapring_pool_punch_aged(pool);
     EXPECT_EQ(1u, pool->stats.held_pages);
-    uct_remapring_pool_get_stats(pool, &stats);
+    remapring_pool_get_stats(pool, &stats);
     EXPECT_EQ(AFTER - 1, stats.punch_window);
     const double after_one = stats.brief;
     EXPECT_LT(after_one, 1.0);
     pool->punch_age_ns = HOUR;
-    uct_remapring_pool_block_unhold(pool, block, 0);
-    uct_remapring_pool_get_stats(pool, &stats);
+    remapring_pool_block_unhold(pool, block, 0);
+    remapring_pool_get_stats(pool, &stats);
     EXPECT_EQ(after_one, stats.brief);
 
     /* holds that outlast the age: released, as if detached two hours ago */
     for (unsigned i = 0; i < ROUNDS; ++i) {
-        ASSERT_EQ(UCS_OK, uct_remapring_pool_block_get(pool, &block));
-        uct_remapring_pool_block_hold(pool, block, 0, 64);
-        uct_remapring_pool_block_detach(pool, block);
+        ASSERT_EQ(UCS_OK, remapring_pool_block_get(pool, &block));
+        remapring_pool_block_hold(pool, block, 0, 64);
+        remapring_pool_block_detach(pool, block);
         pool->blocks[block].detached_ns -= 2 * HOUR;
-        ASSERT_EQ(UCT_REMAPRING_POOL_UNHOLD_FREED,
-                  uct_remapring_pool_block_unhold(pool, block, 0));
+        ASSERT_EQ(REMAPRING_POOL_UNHOLD_FREED,
+                  remapring_pool_block_unhold(pool, block, 0));
     }
-    uct_remapring_pool_get_stats(pool, &stats);
+    remapring_pool_get_stats(pool, &stats);
     EXPECT_EQ(0u, stats.punch_window);
     EXPECT_LT(stats.brief, 0.05);
 
     /* so a detached block is punched at once: its held page stays */
-    ASSERT_EQ(UCS_OK, uct_remapring_pool_block_get(pool, &block));
-    uct_remapring_pool_block_hold(pool, block, 0, 64);
-    uct_remapring_pool_block_detach(pool, block);
+    ASSERT_EQ(UCS_OK, remapring_pool_block_get(pool, &block));
+    remapring_pool_block_hold(pool, block, 0, 64);
+    remapring_pool_block_detach(pool, block);
     EXPECT_EQ(1u, pool->stats.held_pages);
-    uct_remapring_pool_block_unhold(pool, block, 0);
+    remapring_pool_block_unhold(pool, block, 0);
 
     /* holds released soon: the window grows back, step by step */
     unsigned last = 0;
     for (unsigned i = 0; i < ROUNDS; ++i) {
-        ASSERT_EQ(UCS_OK, uct_remapring_pool_block_get(pool, &block));
-        uct_remapring_pool_block_hold(pool, block, 0, 64);
-        uct_remapring_pool_block_detach(pool, block);
-        uct_remapring_pool_block_unhold(pool, block, 0);
-        uct_remapring_pool_get_stats(pool, &stats);
+        ASSERT_EQ(UCS_OK, remapring_pool_block_get(pool, &block));
+        remapring_pool_block_hold(pool, block, 0, 64);
+        remapring_pool_block_detach(pool, block);
+        remapring_pool_block_unhold(pool, block, 0);
+        remapring_pool_get_stats(pool, &stats);
         EXPECT_GE(stats.punch_window, last);
         last = stats.punch_window;
     }
@@ -1164,13 +1164,13 @@ TEST(test_ring_pool, punch_window_follows_holds)
     EXPECT_GT(stats.brief, 0.95);
 
     /* and a detached block waits whole again */
-    ASSERT_EQ(UCS_OK, uct_remapring_pool_block_get(pool, &block));
-    uct_remapring_pool_block_hold(pool, block, 0, 64);
-    uct_remapring_pool_block_detach(pool, block);
+    ASSERT_EQ(UCS_OK, remapring_pool_block_get(pool, &block));
+    remapring_pool_block_hold(pool, block, 0, 64);
+    remapring_pool_block_detach(pool, block);
     EXPECT_EQ((uint64_t)ppb, pool->stats.held_pages);
-    uct_remapring_pool_block_unhold(pool, block, 0);
+    remapring_pool_block_unhold(pool, block, 0);
     EXPECT_EQ(0u, pool->stats.held_pages);
-    uct_remapring_pool_destroy(pool);
+    remapring_pool_destroy(pool);
 }
 
 namespace {
@@ -1208,33 +1208,32 @@ bool check_block(const void *addr, size_t start, size_t end, uint8_t tag)
 
 /* A pool of 64 KiB blocks that punches and folds each block as it is
  * detached, or NULL */
-uct_remapring_pool_t *fold_test_pool(unsigned init_blocks, int fold_pages = -1)
+remapring_pool_t *fold_test_pool(unsigned init_blocks, int fold_pages = -1)
 {
-    uct_remapring_pool_params_t params;
-    uct_remapring_pool_t *pool;
+    remapring_pool_params_t params;
+    remapring_pool_t *pool;
 
-    uct_remapring_pool_params_default(&params);
+    remapring_pool_params_default(&params);
     params.block_size  = 64 * 1024;
     params.init_blocks = init_blocks;
     params.punch_after = 0;
     if (fold_pages >= 0) {
         params.fold_pages = fold_pages;
     }
-    return (uct_remapring_pool_create(&params, &pool) == UCS_OK) ? pool : NULL;
+    return (remapring_pool_create(&params, &pool) == UCS_OK) ? pool : NULL;
 }
 
 /* Take a block of @a pool and fill it with pattern @a tag: its CPU-view
  * address, or NULL */
-char *
-fold_test_block(uct_remapring_pool_t *pool, uint32_t *block_p, uint8_t tag)
+char *fold_test_block(remapring_pool_t *pool, uint32_t *block_p, uint8_t tag)
 {
     char *addr;
 
-    if (uct_remapring_pool_block_get(pool, block_p) != UCS_OK) {
+    if (remapring_pool_block_get(pool, block_p) != UCS_OK) {
         return NULL;
     }
 
-    addr = (char *)uct_remapring_pool_block_addr(pool, *block_p);
+    addr = (char *)remapring_pool_block_addr(pool, *block_p);
     fill_block(addr, pool->block_size, tag);
     return addr;
 }
@@ -1244,17 +1243,17 @@ fold_test_block(uct_remapring_pool_t *pool, uint32_t *block_p, uint8_t tag)
 /* Mask of the units of a page that a byte range uses */
 TEST(test_ring_fold, mask)
 {
-    uct_remapring_fold_t fold;
+    remapring_fold_t fold;
 
-    ASSERT_EQ(UCS_OK, uct_remapring_fold_init(&fold, "t", 12, 1, 0));
-    EXPECT_EQ(UINT64_MAX, uct_remapring_fold_mask(&fold, 0, 4096));
-    EXPECT_EQ(UINT64_C(1), uct_remapring_fold_mask(&fold, 0, 1));
-    EXPECT_EQ(UINT64_C(1), uct_remapring_fold_mask(&fold, 0, 64));
-    EXPECT_EQ(UINT64_C(3), uct_remapring_fold_mask(&fold, 0, 65));
-    EXPECT_EQ(UINT64_C(1) << 63, uct_remapring_fold_mask(&fold, 4032, 4096));
-    EXPECT_EQ(UINT64_C(3) << 62, uct_remapring_fold_mask(&fold, 4000, 4096));
-    EXPECT_EQ(UINT64_C(0xffff0000), uct_remapring_fold_mask(&fold, 1024, 2048));
-    uct_remapring_fold_cleanup(&fold);
+    ASSERT_EQ(UCS_OK, remapring_fold_init(&fold, "t", 12, 1, 0));
+    EXPECT_EQ(UINT64_MAX, remapring_fold_mask(&fold, 0, 4096));
+    EXPECT_EQ(UINT64_C(1), remapring_fold_mask(&fold, 0, 1));
+    EXPECT_EQ(UINT64_C(1), remapring_fold_mask(&fold, 0, 64));
+    EXPECT_EQ(UINT64_C(3), remapring_fold_mask(&fold, 0, 65));
+    EXPECT_EQ(UINT64_C(1) << 63, remapring_fold_mask(&fold, 4032, 4096));
+    EXPECT_EQ(UINT64_C(3) << 62, remapring_fold_mask(&fold, 4000, 4096));
+    EXPECT_EQ(UINT64_C(0xffff0000), remapring_fold_mask(&fold, 1024, 2048));
+    remapring_fold_cleanup(&fold);
 }
 
 /* Held records of two blocks that use parts of pages end up in one fold
@@ -1263,7 +1262,7 @@ TEST(test_ring_fold, mask)
  * a freed block is mapped onto its own pages again */
 TEST(test_ring_pool, fold_shares_a_page)
 {
-    uct_remapring_pool_t *pool = fold_test_pool(4);
+    remapring_pool_t *pool     = fold_test_pool(4);
     const size_t block         = 64 * 1024;
     uint32_t a, b;
 
@@ -1281,14 +1280,14 @@ TEST(test_ring_pool, fold_shares_a_page)
     const size_t a1 = 1024, a1_end = 2048;
     const size_t a2 = 2 * page - 256, a2_end = 2 * page + 512;
     const size_t b1 = 2048, b1_end = 3072;
-    uct_remapring_pool_block_hold(pool, a, a1, a1_end);
-    uct_remapring_pool_block_hold(pool, a, a2, a2_end);
-    uct_remapring_pool_block_hold(pool, b, b1, b1_end);
-    uct_remapring_pool_block_detach(pool, a);
-    uct_remapring_pool_block_detach(pool, b);
+    remapring_pool_block_hold(pool, a, a1, a1_end);
+    remapring_pool_block_hold(pool, a, a2, a2_end);
+    remapring_pool_block_hold(pool, b, b1, b1_end);
+    remapring_pool_block_detach(pool, a);
+    remapring_pool_block_detach(pool, b);
 
-    uct_remapring_pool_stats_t ps;
-    uct_remapring_pool_get_stats(pool, &ps);
+    remapring_pool_stats_t ps;
+    remapring_pool_get_stats(pool, &ps);
     EXPECT_EQ(4u, ps.nfolded);
     EXPECT_EQ(1u, ps.fold_pages);
     EXPECT_EQ(0u, ps.held_pages);
@@ -1309,13 +1308,13 @@ TEST(test_ring_pool, fold_shares_a_page)
 
     /* b's last hold: b is free, and mapped onto its own pages again by the
      * receiver's periodic call, not by the release */
-    EXPECT_EQ(UCT_REMAPRING_POOL_UNHOLD_FREED,
-              uct_remapring_pool_block_unhold(pool, b, b1));
-    uct_remapring_pool_get_stats(pool, &ps);
+    EXPECT_EQ(REMAPRING_POOL_UNHOLD_FREED,
+              remapring_pool_block_unhold(pool, b, b1));
+    remapring_pool_get_stats(pool, &ps);
     EXPECT_EQ(3u, ps.nfolded);
     EXPECT_EQ(b, pool->unfold_head);
-    uct_remapring_pool_punch_aged(pool);
-    EXPECT_EQ(UCT_REMAPRING_POOL_BLOCK_NONE, pool->unfold_head);
+    remapring_pool_punch_aged(pool);
+    EXPECT_EQ(REMAPRING_POOL_BLOCK_NONE, pool->unfold_head);
     memset(addr_b, 0x77, block);
     char own[4096];
     ASSERT_EQ((ssize_t)page, pread(pool->fd, own, page, (off_t)b * block));
@@ -1324,14 +1323,14 @@ TEST(test_ring_pool, fold_shares_a_page)
     EXPECT_TRUE(check_block(addr_a, a1, a1_end, 0xa0));
 
     /* a's: one page at a time; the fold page stays resident, for reuse */
-    EXPECT_EQ(UCT_REMAPRING_POOL_UNHOLD_HELD,
-              uct_remapring_pool_block_unhold(pool, a, a2 + 10));
-    uct_remapring_pool_get_stats(pool, &ps);
+    EXPECT_EQ(REMAPRING_POOL_UNHOLD_HELD,
+              remapring_pool_block_unhold(pool, a, a2 + 10));
+    remapring_pool_get_stats(pool, &ps);
     EXPECT_EQ(1u, ps.nfolded);
     EXPECT_TRUE(check_block(addr_a, a1, a1_end, 0xa0));
-    EXPECT_EQ(UCT_REMAPRING_POOL_UNHOLD_FREED,
-              uct_remapring_pool_block_unhold(pool, a, a1));
-    uct_remapring_pool_get_stats(pool, &ps);
+    EXPECT_EQ(REMAPRING_POOL_UNHOLD_FREED,
+              remapring_pool_block_unhold(pool, a, a1));
+    remapring_pool_get_stats(pool, &ps);
     EXPECT_EQ(0u, ps.nfolded);
     EXPECT_EQ(1u, ps.fold_pages);
     EXPECT_EQ(0u, ps.ndetached);
@@ -1340,7 +1339,7 @@ TEST(test_ring_pool, fold_shares_a_page)
     /* a is taken last, once the free list is empty, and mapped back then */
     std::vector<uint32_t> taken(4);
     for (uint32_t &block_index : taken) {
-        ASSERT_EQ(UCS_OK, uct_remapring_pool_block_get(pool, &block_index));
+        ASSERT_EQ(UCS_OK, remapring_pool_block_get(pool, &block_index));
     }
     EXPECT_EQ(a, taken.back());
     memset(addr_a, 0x66, block);
@@ -1348,17 +1347,17 @@ TEST(test_ring_pool, fold_shares_a_page)
               pread(pool->fd, own, page, (off_t)a * block + page));
     EXPECT_EQ(0x66, own[0]);
     for (uint32_t block_index : taken) {
-        uct_remapring_pool_block_put(pool, block_index);
+        remapring_pool_block_put(pool, block_index);
     }
-    uct_remapring_pool_destroy(pool);
+    remapring_pool_destroy(pool);
 }
 
 /* A released record gives its units of a fold page back while others of
  * its page stay held: another page's record can use them */
 TEST(test_ring_pool, fold_release_frees_units)
 {
-    uct_remapring_pool_t *pool = fold_test_pool(2);
-    uct_remapring_pool_stats_t ps;
+    remapring_pool_t *pool = fold_test_pool(2);
+    remapring_pool_stats_t ps;
     uint32_t x, y;
 
     ASSERT_NE(nullptr, pool);
@@ -1368,30 +1367,30 @@ TEST(test_ring_pool, fold_release_frees_units)
     ASSERT_TRUE((addr_x != nullptr) && (addr_y != nullptr));
 
     /* x: units 0-7 and 16-23 of page 0, folded together */
-    uct_remapring_pool_block_hold(pool, x, 0, 512);
-    uct_remapring_pool_block_hold(pool, x, 1024, 1536);
-    uct_remapring_pool_block_detach(pool, x);
-    uct_remapring_pool_get_stats(pool, &ps);
+    remapring_pool_block_hold(pool, x, 0, 512);
+    remapring_pool_block_hold(pool, x, 1024, 1536);
+    remapring_pool_block_detach(pool, x);
+    remapring_pool_get_stats(pool, &ps);
     EXPECT_EQ(1u, ps.nfolded);
     EXPECT_EQ(1u, ps.fold_pages);
 
     /* units 0-7 go back; y's record on units 4-7 takes them */
-    EXPECT_EQ(UCT_REMAPRING_POOL_UNHOLD_HELD,
-              uct_remapring_pool_block_unhold(pool, x, 0));
-    uct_remapring_pool_block_hold(pool, y, 256, 512);
-    uct_remapring_pool_block_detach(pool, y);
-    uct_remapring_pool_get_stats(pool, &ps);
+    EXPECT_EQ(REMAPRING_POOL_UNHOLD_HELD,
+              remapring_pool_block_unhold(pool, x, 0));
+    remapring_pool_block_hold(pool, y, 256, 512);
+    remapring_pool_block_detach(pool, y);
+    remapring_pool_get_stats(pool, &ps);
     EXPECT_EQ(2u, ps.nfolded);
     EXPECT_EQ(1u, ps.fold_pages);
     EXPECT_TRUE(check_block(addr_x, 1024, 1536, 0x31));
     EXPECT_TRUE(check_block(addr_y, 256, 512, 0x32));
 
-    uct_remapring_pool_block_unhold(pool, x, 1024);
-    uct_remapring_pool_block_unhold(pool, y, 256);
-    uct_remapring_pool_get_stats(pool, &ps);
+    remapring_pool_block_unhold(pool, x, 1024);
+    remapring_pool_block_unhold(pool, y, 256);
+    remapring_pool_get_stats(pool, &ps);
     EXPECT_EQ(0u, ps.nfolded);
     EXPECT_EQ(2u, ps.nfree);
-    uct_remapring_pool_destroy(pool);
+    remapring_pool_destroy(pool);
 }
 
 /* At most fold_pages pages are folded at a time; the others keep their
@@ -1401,18 +1400,18 @@ TEST(test_ring_pool, fold_limit)
     uint32_t block;
 
     for (unsigned limit : {0u, 1u}) {
-        uct_remapring_pool_t *pool = fold_test_pool(1, limit);
+        remapring_pool_t *pool = fold_test_pool(1, limit);
         ASSERT_NE(nullptr, pool);
         char *addr = fold_test_block(pool, &block, 0x11);
         ASSERT_NE(nullptr, addr);
         for (size_t r = 0; r < 4; ++r) {
-            uct_remapring_pool_block_hold(pool, block, 8192 * r + 128,
-                                          8192 * r + 640);
+            remapring_pool_block_hold(pool, block, 8192 * r + 128,
+                                      8192 * r + 640);
         }
-        uct_remapring_pool_block_detach(pool, block);
+        remapring_pool_block_detach(pool, block);
 
-        uct_remapring_pool_stats_t ps;
-        uct_remapring_pool_get_stats(pool, &ps);
+        remapring_pool_stats_t ps;
+        remapring_pool_get_stats(pool, &ps);
         EXPECT_EQ(limit, ps.nfolded);
         EXPECT_EQ(4u - limit, ps.held_pages);
         EXPECT_EQ(limit, ps.fold_pages);
@@ -1420,12 +1419,12 @@ TEST(test_ring_pool, fold_limit)
         for (size_t r = 0; r < 4; ++r) {
             EXPECT_TRUE(check_block(addr, 8192 * r + 128, 8192 * r + 640, 0x11))
                     << "limit " << limit << " " << r;
-            uct_remapring_pool_block_unhold(pool, block, 8192 * r + 128);
+            remapring_pool_block_unhold(pool, block, 8192 * r + 128);
         }
-        uct_remapring_pool_get_stats(pool, &ps);
+        remapring_pool_get_stats(pool, &ps);
         EXPECT_EQ(0u, ps.nfolded);
         EXPECT_EQ(1u, ps.nfree);
-        uct_remapring_pool_destroy(pool);
+        remapring_pool_destroy(pool);
     }
 }
 
@@ -1444,17 +1443,17 @@ TEST(test_ring_pool, fold_racing_stores)
                     "race is what is tested, and ThreadSanitizer reports it";
 #endif
 
-    uct_remapring_pool_t *pool = fold_test_pool(2);
+    remapring_pool_t *pool = fold_test_pool(2);
     ASSERT_NE(nullptr, pool);
 
     for (unsigned trial = 0; trial < TRIALS; ++trial) {
-        ASSERT_EQ(UCS_OK, uct_remapring_pool_block_get(pool, &block));
-        char *addr = (char *)uct_remapring_pool_block_addr(pool, block);
+        ASSERT_EQ(UCS_OK, remapring_pool_block_get(pool, &block));
+        char *addr = (char *)remapring_pool_block_addr(pool, block);
         memset(addr, 0, 64 * 1024);
         /* page 0, units 8-55 */
         volatile uint64_t *words = (volatile uint64_t *)(addr + 512);
-        uct_remapring_pool_block_hold(pool, block, 512,
-                                      512 + WORDS * sizeof(uint64_t));
+        remapring_pool_block_hold(pool, block, 512,
+                                  512 + WORDS * sizeof(uint64_t));
 
         std::atomic<bool> ready{false}, go{false};
         std::thread writer([&]() {
@@ -1471,7 +1470,7 @@ TEST(test_ring_pool, fold_racing_stores)
         while (!ready.load(std::memory_order_acquire)) {
         }
         go.store(true, std::memory_order_release);
-        uct_remapring_pool_block_detach(pool, block); /* folds page 0 */
+        remapring_pool_block_detach(pool, block); /* folds page 0 */
         writer.join();
 
         unsigned lost = 0;
@@ -1479,17 +1478,17 @@ TEST(test_ring_pool, fold_racing_stores)
             lost += (words[i] != MAGIC + i);
         }
         ASSERT_EQ(0u, lost) << "trial " << trial;
-        uct_remapring_pool_stats_t ps;
-        uct_remapring_pool_get_stats(pool, &ps);
+        remapring_pool_stats_t ps;
+        remapring_pool_get_stats(pool, &ps);
         ASSERT_EQ(1u, ps.nfolded) << "trial " << trial;
         merged = ps.nfold_merged;
-        EXPECT_EQ(UCT_REMAPRING_POOL_UNHOLD_FREED,
-                  uct_remapring_pool_block_unhold(pool, block, 512));
+        EXPECT_EQ(REMAPRING_POOL_UNHOLD_FREED,
+                  remapring_pool_block_unhold(pool, block, 512));
     }
 
     printf("[          ] %u folds under stores, %lu words carried over\n",
            TRIALS, (unsigned long)merged);
-    uct_remapring_pool_destroy(pool);
+    remapring_pool_destroy(pool);
 }
 
 /* Records of every size, a third of them held and released at random while
@@ -1516,18 +1515,18 @@ TEST_F(test_ring, fold_random_holds)
     }
     drain();
 
-    uct_remapring_pool_stats_t ps = pool_stats();
+    remapring_pool_stats_t ps = pool_stats();
     EXPECT_GT(ps.nfolds, 100u);
     EXPECT_GT(ps.nfolded, 0u);
     release_all_shuffled();
     ps = pool_stats();
     EXPECT_EQ(0u, ps.nfolded);
     EXPECT_EQ(0u, ps.ndetached);
-    EXPECT_GT(ps.fold_pages, (uint64_t)UCT_REMAPRING_FOLD_KEEP);
-    uct_remapring_pool_punch_aged(m_pool); /* as a receiver now and then */
+    EXPECT_GT(ps.fold_pages, (uint64_t)REMAPRING_FOLD_KEEP);
+    remapring_pool_punch_aged(m_pool); /* as a receiver now and then */
     ps = pool_stats();
-    EXPECT_EQ((uint64_t)UCT_REMAPRING_FOLD_KEEP, ps.fold_pages);
-    EXPECT_EQ((off_t)UCT_REMAPRING_FOLD_KEEP * sysconf(_SC_PAGESIZE),
+    EXPECT_EQ((uint64_t)REMAPRING_FOLD_KEEP, ps.fold_pages);
+    EXPECT_EQ((off_t)REMAPRING_FOLD_KEEP * sysconf(_SC_PAGESIZE),
               fd_resident(m_pool->fold.fd));
 
     /* the blocks back under the slots carry records as before */
@@ -1556,7 +1555,7 @@ TEST_F(test_ring, pool_grows_to_max)
             break;
         }
     }
-    uct_remapring_pool_stats_t ps = pool_stats();
+    remapring_pool_stats_t ps = pool_stats();
     EXPECT_EQ(13u, ps.nblocks);
     EXPECT_EQ(0u, ps.nfree);
     EXPECT_TRUE(m_ring->waiting);
@@ -1668,17 +1667,17 @@ TEST_F(test_ring, recycled_block_stale_records)
     EXPECT_EQ(3u, drain());
     EXPECT_FALSE(recv(false));
 
-    uct_remapring_ring_hdr_t old;
+    remapring_ring_hdr_t old;
     memcpy(&old,
-           (char *)uct_remapring_pool_block_addr(m_pool, m_ring->slots[0]) +
+           (char *)remapring_pool_block_addr(m_pool, m_ring->slots[0]) +
                    (m_writer.tail & (cfg.block_size - 1)),
            sizeof(old));
-    EXPECT_EQ(UCT_REMAPRING_RING_REC_DATA, old.type);
+    EXPECT_EQ(REMAPRING_RING_REC_DATA, old.type);
     EXPECT_EQ(m_writer.tail - m_ring->window_size, old.stamp ^ m_ring->nonce);
 
     /* a tail published past them (a torn or lying write) must not make
      * them records */
-    uct_remapring_ring_ctl_store_tail(m_ctl, m_writer.tail + 128);
+    remapring_ring_ctl_store_tail(m_ctl, m_writer.tail + 128);
     expect_rejected();
 }
 
@@ -1687,14 +1686,14 @@ TEST_F(test_ring, bad_wrong_stamp)
     init(config());
     ASSERT_EQ(UCS_OK, send(10));
     EXPECT_TRUE(recv(false));
-    forge(m_writer.tail + 64, 10, UCT_REMAPRING_RING_REC_DATA, 128);
+    forge(m_writer.tail + 64, 10, REMAPRING_RING_REC_DATA, 128);
     expect_rejected();
 }
 
 TEST_F(test_ring, bad_length_past_slot)
 {
     init(config());
-    forge(0, (uint32_t)capacity() + 1, UCT_REMAPRING_RING_REC_DATA,
+    forge(0, (uint32_t)capacity() + 1, REMAPRING_RING_REC_DATA,
           m_cfg.block_size);
     expect_rejected();
 }
@@ -1702,14 +1701,14 @@ TEST_F(test_ring, bad_length_past_slot)
 TEST_F(test_ring, bad_length_huge)
 {
     init(config());
-    forge(0, UINT32_MAX, UCT_REMAPRING_RING_REC_DATA, 64);
+    forge(0, UINT32_MAX, REMAPRING_RING_REC_DATA, 64);
     expect_rejected();
 }
 
 TEST_F(test_ring, bad_length_past_tail)
 {
     init(config());
-    forge(0, 1000, UCT_REMAPRING_RING_REC_DATA, 128);
+    forge(0, 1000, REMAPRING_RING_REC_DATA, 128);
     expect_rejected();
 }
 
@@ -1723,7 +1722,7 @@ TEST_F(test_ring, bad_type)
 TEST_F(test_ring, bad_pad_length)
 {
     init(config());
-    forge(0, 128, UCT_REMAPRING_RING_REC_PAD, 256);
+    forge(0, 128, REMAPRING_RING_REC_PAD, 256);
     expect_rejected();
 }
 
@@ -1731,14 +1730,14 @@ TEST_F(test_ring, bad_tail_unaligned)
 {
     init(config());
     ASSERT_EQ(UCS_OK, send(10));
-    uct_remapring_ring_ctl_store_tail(m_ctl, m_writer.tail + 1);
+    remapring_ring_ctl_store_tail(m_ctl, m_writer.tail + 1);
     expect_rejected();
 }
 
 TEST_F(test_ring, bad_tail_past_credit)
 {
     init(config());
-    uct_remapring_ring_ctl_store_tail(m_ctl, m_ring->window_size + 64);
+    remapring_ring_ctl_store_tail(m_ctl, m_ring->window_size + 64);
     expect_rejected();
 }
 
@@ -1747,12 +1746,12 @@ TEST_F(test_ring, bad_release)
     init(config());
     int x;
     ASSERT_EQ(UCS_OK, send(10));
-    uct_remapring_ring_rx_t rx;
-    ASSERT_EQ(UCS_OK, uct_remapring_ring_poll(m_ring, &rx));
-    uct_remapring_ring_consume(m_ring, &rx, 0);
+    remapring_ring_rx_t rx;
+    ASSERT_EQ(UCS_OK, remapring_ring_poll(m_ring, &rx));
+    remapring_ring_consume(m_ring, &rx, 0);
     EXPECT_EQ(UCS_ERR_INVALID_PARAM,
-              uct_remapring_ring_release(m_pool, rx.payload));
-    EXPECT_EQ(UCS_ERR_INVALID_PARAM, uct_remapring_ring_release(m_pool, &x));
+              remapring_ring_release(m_pool, rx.payload));
+    EXPECT_EQ(UCS_ERR_INVALID_PARAM, remapring_ring_release(m_pool, &x));
 }
 
 TEST_F(test_ring, credit_batches)
@@ -1770,8 +1769,7 @@ TEST_F(test_ring, credit_batches)
     uint64_t prev = 0;
     std::vector<uint64_t> published;
     while (recv(false)) {
-        uint64_t r = uct_remapring_ring_ctl_load_limit(m_ctl) -
-                     m_ring->window_size;
+        uint64_t r = remapring_ring_ctl_load_limit(m_ctl) - m_ring->window_size;
         if (r != prev) {
             published.push_back(r);
             prev = r;
@@ -1793,9 +1791,9 @@ TEST_F(test_ring, destroy_with_holds)
     ASSERT_TRUE(recv(true));
     unsigned nblocks = pool_stats().nblocks;
 
-    uct_remapring_wire_destroy(m_wire);
+    remapring_wire_destroy(m_wire);
     m_wire = NULL;
-    uct_remapring_ring_destroy(m_ring);
+    remapring_ring_destroy(m_ring);
     m_ring = NULL;
     EXPECT_EQ(1u, pool_stats().ndetached);
     EXPECT_EQ(nblocks - 1, pool_stats().nfree);
@@ -1808,12 +1806,12 @@ TEST_F(test_ring, destroy_with_holds)
  * size, every 7th held; with the stamp commit the reader polls the writer's
  * stores as they land */
 /* Backed slots (blocks under the ring's slots) */
-static unsigned backed_slots(const uct_remapring_ring_t *ring)
+static unsigned backed_slots(const remapring_ring_t *ring)
 {
     unsigned i, n = 0;
 
     for (i = 0; i < ring->nslots; ++i) {
-        n += (ring->slots[i] != UCT_REMAPRING_POOL_BLOCK_NONE);
+        n += (ring->slots[i] != REMAPRING_POOL_BLOCK_NONE);
     }
     return n;
 }
@@ -1839,7 +1837,7 @@ protected:
         cfg.nslots     = 8;
         cfg.max_blocks = 64;
         cfg.shm        = true;
-        cfg.commit     = UCT_REMAPRING_RING_COMMIT_STAMP;
+        cfg.commit     = REMAPRING_RING_COMMIT_STAMP;
         cfg.grant_min  = 1;
         cfg.reclaim    = true;
         init(cfg);
@@ -1869,7 +1867,7 @@ TEST_F(test_ring_reclaim, quiet_ring_gives_back)
     burst_to_full_window();
     unsigned free_before = pool_stats().nfree;
 
-    uct_remapring_ring_idle(m_ring);
+    remapring_ring_idle(m_ring);
     EXPECT_EQ(1u, ring_stats().nreclaims);
     EXPECT_EQ(quiet_limit(), m_ctl->limit) << "the lowered limit";
     EXPECT_EQ(m_cfg.nslots, backed_slots(m_ring)) << "taken before an answer";
@@ -1878,8 +1876,8 @@ TEST_F(test_ring_reclaim, quiet_ring_gives_back)
     EXPECT_FALSE(recv(false));
     EXPECT_EQ(m_cfg.nslots, backed_slots(m_ring));
 
-    EXPECT_EQ(1, uct_remapring_ring_writer_yield(&m_writer));
-    EXPECT_EQ(0, uct_remapring_ring_writer_yield(&m_writer)) << "answered";
+    EXPECT_EQ(1, remapring_ring_writer_yield(&m_writer));
+    EXPECT_EQ(0, remapring_ring_writer_yield(&m_writer)) << "answered";
     EXPECT_EQ(quiet_limit(), m_writer.limit);
     EXPECT_FALSE(recv(false));
     EXPECT_EQ(2u, backed_slots(m_ring));
@@ -1890,7 +1888,7 @@ TEST_F(test_ring_reclaim, quiet_ring_gives_back)
     }
 
     /* a second idle finds nothing to take */
-    uct_remapring_ring_idle(m_ring);
+    remapring_ring_idle(m_ring);
     EXPECT_EQ(1u, ring_stats().nreclaims);
 
     /* traffic again, every record whole */
@@ -1905,15 +1903,15 @@ TEST_F(test_ring_reclaim, writer_past_the_request)
     init_reclaim();
     burst_to_full_window();
     /* the writer loaded the whole limit just before the request */
-    m_writer.limit = uct_remapring_wire_limit(m_wire);
-    uct_remapring_ring_idle(m_ring);
+    m_writer.limit = remapring_wire_limit(m_wire);
+    remapring_ring_idle(m_ring);
     uint64_t to = m_ctl->limit;
 
     /* the writer has not reloaded the limit: it writes on */
     while (m_writer.tail < to + m_cfg.block_size + 1000) {
         ASSERT_EQ(UCS_OK, send(900));
     }
-    EXPECT_EQ(1, uct_remapring_ring_writer_yield(&m_writer));
+    EXPECT_EQ(1, remapring_ring_writer_yield(&m_writer));
     EXPECT_EQ(m_writer.tail, m_writer.limit);
     EXPECT_EQ(m_writer.tail, m_ctl->bound);
     EXPECT_EQ(UCS_ERR_NO_RESOURCE, send(900)) << "kept to its tail";
@@ -1934,8 +1932,8 @@ TEST_F(test_ring_reclaim, publish_cancels_the_request)
 {
     init_reclaim();
     burst_to_full_window();
-    m_writer.limit = uct_remapring_wire_limit(m_wire);
-    uct_remapring_ring_idle(m_ring);
+    m_writer.limit = remapring_wire_limit(m_wire);
+    remapring_ring_idle(m_ring);
 
     /* the writer goes on without reloading; the reader credits past it */
     while (m_writer.tail < m_ring->limit - 2000) {
@@ -1947,7 +1945,7 @@ TEST_F(test_ring_reclaim, publish_cancels_the_request)
     EXPECT_GT(limit, m_ring->reclaim_to);
 
     /* the late answer: the writer takes the new limit as its bound */
-    EXPECT_EQ(1, uct_remapring_ring_writer_yield(&m_writer));
+    EXPECT_EQ(1, remapring_ring_writer_yield(&m_writer));
     EXPECT_EQ(limit, m_writer.limit);
     EXPECT_FALSE(recv(false));
     EXPECT_EQ(0u, ring_stats().nreclaimed);
@@ -1955,9 +1953,9 @@ TEST_F(test_ring_reclaim, publish_cancels_the_request)
     /* past a slot the ring already shrank to its quiet grant as the head
      * moved on; after a new burst, a new request is answered */
     burst_to_full_window();
-    uct_remapring_ring_idle(m_ring);
+    remapring_ring_idle(m_ring);
     EXPECT_EQ(2u, ring_stats().nreclaims);
-    EXPECT_EQ(1, uct_remapring_ring_writer_yield(&m_writer));
+    EXPECT_EQ(1, remapring_ring_writer_yield(&m_writer));
     EXPECT_FALSE(recv(false));
     EXPECT_GT(ring_stats().nreclaimed, 0u);
     burst_to_full_window();
@@ -1971,8 +1969,8 @@ TEST_F(test_ring_reclaim, bad_answer)
     for (int which = 0; which < 3; ++which) {
         init_reclaim();
         burst_to_full_window();
-        m_writer.limit = uct_remapring_wire_limit(m_wire);
-        uct_remapring_ring_idle(m_ring);
+        m_writer.limit = remapring_wire_limit(m_wire);
+        remapring_ring_idle(m_ring);
         if (which == 2) {
             /* the head moves past what was asked */
             while (m_writer.tail < m_ring->reclaim_to + 1000) {
@@ -1984,11 +1982,11 @@ TEST_F(test_ring_reclaim, bad_answer)
                          (which == 1) ? m_ring->limit + m_cfg.block_size :
                                         m_ring->reclaim_to;
         m_ctl->yielded = m_ctl->reclaim;
-        uct_remapring_ring_rx_t rx;
+        remapring_ring_rx_t rx;
         ring_log_errors = 0;
         ucs_log_push_handler(ring_count_errors);
-        EXPECT_EQ(UCS_ERR_IO_ERROR, uct_remapring_ring_poll(m_ring, &rx));
-        EXPECT_EQ(UCS_ERR_IO_ERROR, uct_remapring_ring_poll(m_ring, &rx));
+        EXPECT_EQ(UCS_ERR_IO_ERROR, remapring_ring_poll(m_ring, &rx));
+        EXPECT_EQ(UCS_ERR_IO_ERROR, remapring_ring_poll(m_ring, &rx));
         ucs_log_pop_handler();
         EXPECT_EQ(1u, ring_log_errors) << "one line, once";
     }
@@ -2013,14 +2011,14 @@ TEST_P(test_ring_threads, two_threads)
         cfg.reclaim   = true;
     }
     if (GetParam() > 0) {
-        cfg.commit     = UCT_REMAPRING_RING_COMMIT_STAMP;
+        cfg.commit     = REMAPRING_RING_COMMIT_STAMP;
         cfg.inline_max = 256;
     }
     init(cfg);
     const auto duration = std::chrono::milliseconds(1500);
     std::atomic<bool> stop{false};
     std::atomic<uint64_t> nsent{0};
-    uct_remapring_ring_writer_t *writer = &m_writer;
+    remapring_ring_writer_t *writer     = &m_writer;
     size_t cap                          = capacity();
 
     std::thread wr([&]() {
@@ -2037,17 +2035,17 @@ TEST_P(test_ring_threads, two_threads)
                 fresh = false;
             }
             struct iovec iov = {buf.data(), length};
-            uct_remapring_ring_direct_t d;
-            if (uct_remapring_ring_writer_direct_begin(writer, length, &d)) {
+            remapring_ring_direct_t d;
+            if (remapring_ring_writer_direct_begin(writer, length, &d)) {
                 /* the direct way (shm wire), as the AM sends take it */
                 memcpy(d.payload, buf.data(), length);
-                uct_remapring_ring_writer_direct_commit(writer, &d,
-                                                        (uint8_t)seq, length);
+                remapring_ring_writer_direct_commit(writer, &d, (uint8_t)seq,
+                                                    length);
                 ++seq;
                 fresh = true;
                 nsent.store(seq, std::memory_order_relaxed);
-            } else if (uct_remapring_ring_writer_send(writer, (uint8_t)seq, 0,
-                                                      &iov, 1) == UCS_OK) {
+            } else if (remapring_ring_writer_send(writer, (uint8_t)seq, 0, &iov,
+                                                  1) == UCS_OK) {
                 ++seq;
                 fresh = true;
                 nsent.store(seq, std::memory_order_relaxed);
@@ -2058,7 +2056,7 @@ TEST_P(test_ring_threads, two_threads)
                 /* a pause, answering requests now and then */
                 for (unsigned i = rng() % 64; i > 0; --i) {
                     if (rng() % 2) {
-                        uct_remapring_ring_writer_yield(writer);
+                        remapring_ring_writer_yield(writer);
                     }
                     sched_yield();
                 }
@@ -2070,7 +2068,7 @@ TEST_P(test_ring_threads, two_threads)
     uint64_t seq = 0, bytes = 0, errors = 0;
     std::deque<held_rec> held;
     std::mt19937_64 rng(11);
-    uct_remapring_ring_rx_t rx;
+    remapring_ring_rx_t rx;
     unsigned empty_polls = 0;
 
     while (true) {
@@ -2083,13 +2081,13 @@ TEST_P(test_ring_threads, two_threads)
             stop = true;
             wr.join();
         }
-        ucs_status_t status = uct_remapring_ring_poll(m_ring, &rx);
+        ucs_status_t status = remapring_ring_poll(m_ring, &rx);
         if (status == UCS_ERR_NO_PROGRESS) {
             if (stop && (seq == nsent.load())) {
                 break;
             }
             if (reclaim && (++empty_polls % 16 == 0)) {
-                uct_remapring_ring_idle(m_ring); /* the ring sleeps */
+                remapring_ring_idle(m_ring); /* the ring sleeps */
             }
             sched_yield();
             continue;
@@ -2103,21 +2101,20 @@ TEST_P(test_ring_threads, two_threads)
         if (hold) {
             held.push_back({rx.payload, rx.length, seq});
         }
-        uct_remapring_ring_consume(m_ring, &rx, hold);
+        remapring_ring_consume(m_ring, &rx, hold);
         ++seq;
         if (held.size() > 32) {
             size_t i = rng() % held.size();
             errors += !check_payload(held[i].payload, held[i].length,
                                      held[i].seq);
-            ASSERT_EQ(UCS_OK,
-                      uct_remapring_ring_release(m_pool, held[i].payload));
+            ASSERT_EQ(UCS_OK, remapring_ring_release(m_pool, held[i].payload));
             held.erase(held.begin() + i);
         }
     }
 
     for (const held_rec &h : held) {
         errors += !check_payload(h.payload, h.length, h.seq);
-        uct_remapring_ring_release(m_pool, h.payload);
+        remapring_ring_release(m_pool, h.payload);
     }
     EXPECT_EQ(0u, errors);
     EXPECT_EQ(nsent.load(), seq);
@@ -2155,22 +2152,22 @@ TEST_F(test_ring, fork_cma_writer)
     cfg.max_blocks   = 64;
     init(cfg);
     const uint64_t count = 30000;
-    uct_remapring_ring_info_t info;
-    uct_remapring_ring_get_info(m_ring, &info);
+    remapring_ring_info_t info;
+    remapring_ring_get_info(m_ring, &info);
     pid_t parent = getpid();
 
     pid_t pid = fork();
     ASSERT_GE(pid, 0);
     if (pid == 0) {
-        uct_remapring_wire_t *wire;
-        uct_remapring_ring_writer_t writer;
+        remapring_wire_t *wire;
+        remapring_ring_writer_t writer;
         std::vector<uint8_t> buf(capacity());
         uint64_t seq = 0;
 
-        if ((uct_remapring_wire_cma_create(parent, info.view_addr,
-                                           (size_t)info.block_size * info.nslots,
-                                           m_ctl, &wire) != UCS_OK) ||
-            (uct_remapring_ring_writer_init(&writer, &info, wire) != UCS_OK)) {
+        if ((remapring_wire_cma_create(parent, info.view_addr,
+                                       (size_t)info.block_size * info.nslots,
+                                       m_ctl, &wire) != UCS_OK) ||
+            (remapring_ring_writer_init(&writer, &info, wire) != UCS_OK)) {
             _exit(2);
         }
         while (seq < count) {
@@ -2180,9 +2177,9 @@ TEST_F(test_ring, fork_cma_writer)
             }
             fill_payload(buf.data(), length, seq);
             struct iovec iov    = {buf.data(), length};
-            ucs_status_t status = uct_remapring_ring_writer_send(&writer,
-                                                                 (uint8_t)seq,
-                                                                 0, &iov, 1);
+            ucs_status_t status = remapring_ring_writer_send(&writer,
+                                                             (uint8_t)seq, 0,
+                                                             &iov, 1);
             if (status == UCS_OK) {
                 ++seq;
             } else if (status == UCS_ERR_NO_RESOURCE) {
@@ -2199,19 +2196,19 @@ TEST_F(test_ring, fork_cma_writer)
     uint64_t seq = 0, errors = 0;
     std::deque<held_rec> held;
     std::mt19937_64 rng(3);
-    uct_remapring_ring_rx_t rx;
+    remapring_ring_rx_t rx;
     int wstatus = 0;
     bool exited = false;
     auto start  = std::chrono::steady_clock::now();
 
     while (seq < count) {
-        ucs_status_t status = uct_remapring_ring_poll(m_ring, &rx);
+        ucs_status_t status = remapring_ring_poll(m_ring, &rx);
         if (status == UCS_ERR_NO_PROGRESS) {
             if (!exited && (waitpid(pid, &wstatus, WNOHANG) == pid)) {
                 exited = true;
             }
             if (exited &&
-                (uct_remapring_ring_ctl_load_tail(m_ctl) == m_ring->head)) {
+                (remapring_ring_ctl_load_tail(m_ctl) == m_ring->head)) {
                 break;
             }
             if (std::chrono::steady_clock::now() - start >
@@ -2228,13 +2225,13 @@ TEST_F(test_ring, fork_cma_writer)
         if (hold) {
             held.push_back({rx.payload, rx.length, seq});
         }
-        uct_remapring_ring_consume(m_ring, &rx, hold);
+        remapring_ring_consume(m_ring, &rx, hold);
         ++seq;
         if (held.size() > 48) {
             size_t i = rng() % held.size();
             errors += !check_payload(held[i].payload, held[i].length,
                                      held[i].seq);
-            uct_remapring_ring_release(m_pool, held[i].payload);
+            remapring_ring_release(m_pool, held[i].payload);
             held.erase(held.begin() + i);
         }
     }
@@ -2243,7 +2240,7 @@ TEST_F(test_ring, fork_cma_writer)
     }
     for (const held_rec &h : held) {
         errors += !check_payload(h.payload, h.length, h.seq);
-        uct_remapring_ring_release(m_pool, h.payload);
+        remapring_ring_release(m_pool, h.payload);
     }
 
     ASSERT_TRUE(WIFEXITED(wstatus));
@@ -2259,10 +2256,10 @@ TEST_F(test_ring, fork_cma_writer)
 
 TEST(test_ring_wire_cma, errors)
 {
-    alignas(64) uct_remapring_ring_ctl_t ctl;
-    uct_remapring_wire_t *wire;
+    alignas(64) remapring_ring_ctl_t ctl;
+    remapring_wire_t *wire;
     char src[64]                 = {0};
-    uct_remapring_wire_seg_t seg = {0, src, sizeof(src)};
+    remapring_wire_seg_t seg     = {0, src, sizeof(src)};
 
     memset(&ctl, 0, sizeof(ctl));
 
@@ -2270,10 +2267,10 @@ TEST(test_ring_wire_cma, errors)
     void *hole = mmap(NULL, 65536, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS, -1,
                       0);
     ASSERT_NE(MAP_FAILED, hole);
-    ASSERT_EQ(UCS_OK, uct_remapring_wire_cma_create(getpid(), (uintptr_t)hole,
-                                                    65536, &ctl, &wire));
-    ucs_status_t status = uct_remapring_wire_write(wire, &seg, 1);
-    uct_remapring_wire_destroy(wire);
+    ASSERT_EQ(UCS_OK, remapring_wire_cma_create(getpid(), (uintptr_t)hole,
+                                                65536, &ctl, &wire));
+    ucs_status_t status = remapring_wire_write(wire, &seg, 1);
+    remapring_wire_destroy(wire);
     munmap(hole, 65536);
     if (status == UCS_ERR_UNSUPPORTED) {
         GTEST_SKIP() << "process_vm_writev is not permitted here";
@@ -2287,35 +2284,34 @@ TEST(test_ring_wire_cma, errors)
         _exit(0);
     }
     ASSERT_EQ(pid, waitpid(pid, NULL, 0));
-    ASSERT_EQ(UCS_OK, uct_remapring_wire_cma_create(pid, (uintptr_t)src, 65536,
-                                                    &ctl, &wire));
-    EXPECT_EQ(UCS_ERR_CONNECTION_RESET,
-              uct_remapring_wire_write(wire, &seg, 1));
-    uct_remapring_wire_destroy(wire);
+    ASSERT_EQ(UCS_OK, remapring_wire_cma_create(pid, (uintptr_t)src, 65536,
+                                                &ctl, &wire));
+    EXPECT_EQ(UCS_ERR_CONNECTION_RESET, remapring_wire_write(wire, &seg, 1));
+    remapring_wire_destroy(wire);
 }
 
 
 /* Copies: classes by elements to a page, 16-byte multiples */
 TEST(test_ring_copy, classes)
 {
-    uct_remapring_copies_t copies;
+    remapring_copies_t copies;
 
     ASSERT_EQ(4096, sysconf(_SC_PAGESIZE)) << "4 KiB pages assumed";
-    ASSERT_EQ(UCS_OK, uct_remapring_copy_init(&copies, "t", 1 << 20));
-    EXPECT_EQ(0u, uct_remapring_copy_class(&copies, 0));
-    EXPECT_EQ(256u, uct_remapring_copy_class(&copies, 1));
-    EXPECT_EQ(256u, uct_remapring_copy_class(&copies, 16));
-    EXPECT_EQ(128u, uct_remapring_copy_class(&copies, 17));
+    ASSERT_EQ(UCS_OK, remapring_copy_init(&copies, "t", 1 << 20));
+    EXPECT_EQ(0u, remapring_copy_class(&copies, 0));
+    EXPECT_EQ(256u, remapring_copy_class(&copies, 1));
+    EXPECT_EQ(256u, remapring_copy_class(&copies, 16));
+    EXPECT_EQ(128u, remapring_copy_class(&copies, 17));
     /* 80 bytes of UCP's headroom, 8 of ours, 256 of payload: 11 to a
      * page, each 368 bytes */
-    EXPECT_EQ(11u, uct_remapring_copy_class(&copies, 96 + 256));
+    EXPECT_EQ(11u, remapring_copy_class(&copies, 96 + 256));
     EXPECT_EQ(368u, copies.elem_size[11]);
-    EXPECT_EQ(2u, uct_remapring_copy_class(&copies, 2048));
-    EXPECT_EQ(1u, uct_remapring_copy_class(&copies, 2049));
-    EXPECT_EQ(1u, uct_remapring_copy_class(&copies, 4096));
-    EXPECT_EQ(0u, uct_remapring_copy_class(&copies, 4097));
-    EXPECT_EQ(nullptr, uct_remapring_copy_get(&copies, 4097));
-    uct_remapring_copy_cleanup(&copies);
+    EXPECT_EQ(2u, remapring_copy_class(&copies, 2048));
+    EXPECT_EQ(1u, remapring_copy_class(&copies, 2049));
+    EXPECT_EQ(1u, remapring_copy_class(&copies, 4096));
+    EXPECT_EQ(0u, remapring_copy_class(&copies, 4097));
+    EXPECT_EQ(nullptr, remapring_copy_get(&copies, 4097));
+    remapring_copy_cleanup(&copies);
 }
 
 /* Random sizes taken and put back in random order: elements never overlap
@@ -2328,18 +2324,18 @@ TEST(test_ring_copy, random_get_put)
         size_t   size;
         uint8_t  tag;
     };
-    uct_remapring_copies_t copies;
+    remapring_copies_t copies;
     std::vector<taken> out;
     std::mt19937 rng(3);
     size_t bytes = 0, max_ratio_bytes = 0;
     struct stat st;
 
-    ASSERT_EQ(UCS_OK, uct_remapring_copy_init(&copies, "t", 16 << 20));
+    ASSERT_EQ(UCS_OK, remapring_copy_init(&copies, "t", 16 << 20));
     for (unsigned i = 0; i < 200000; ++i) {
         if ((out.size() < 2000) && ((out.size() < 100) || (rng() % 2))) {
             size_t size = 1 + rng() % 1200;
             uint8_t tag = (uint8_t)rng();
-            uint8_t *addr = (uint8_t*)uct_remapring_copy_get(&copies, size);
+            uint8_t *addr = (uint8_t *)remapring_copy_get(&copies, size);
             ASSERT_NE(nullptr, addr);
             ASSERT_EQ(0u, (uintptr_t)addr % 16);
             memset(addr, tag, size);
@@ -2353,7 +2349,7 @@ TEST(test_ring_copy, random_get_put)
                                             << " bytes changed at " << j;
             }
             /* put back by an address inside it */
-            uct_remapring_copy_put(&copies, t.addr + rng() % t.size);
+            remapring_copy_put(&copies, t.addr + rng() % t.size);
             out[index] = out.back();
             out.pop_back();
             bytes -= t.size;
@@ -2371,81 +2367,81 @@ TEST(test_ring_copy, random_get_put)
     }
     EXPECT_EQ(out.size(), copies.nelems_used);
     for (const taken &t : out) {
-        uct_remapring_copy_put(&copies, t.addr);
+        remapring_copy_put(&copies, t.addr);
     }
     EXPECT_EQ(0u, copies.nelems_used);
     /* a trim gives back what the list did not need since the one before */
-    uct_remapring_copy_trim(&copies);
-    uct_remapring_copy_trim(&copies);
+    remapring_copy_trim(&copies);
+    remapring_copy_trim(&copies);
     ASSERT_EQ(0, fstat(copies.fd, &st));
-    EXPECT_LE(st.st_blocks * 512, UCT_REMAPRING_COPY_KEEP * 4096);
-    EXPECT_EQ((uint64_t)UCT_REMAPRING_COPY_KEEP, copies.resident_pages);
+    EXPECT_LE(st.st_blocks * 512, REMAPRING_COPY_KEEP * 4096);
+    EXPECT_EQ((uint64_t)REMAPRING_COPY_KEEP, copies.resident_pages);
 
     /* pages taken again between two trims stay */
     std::vector<void*> again;
     for (unsigned i = 0; i < 4 * 16; ++i) {
-        again.push_back(uct_remapring_copy_get(&copies, 1000)); /* 4/page */
+        again.push_back(remapring_copy_get(&copies, 1000)); /* 4/page */
     }
     for (void *e : again) {
-        uct_remapring_copy_put(&copies, e);
+        remapring_copy_put(&copies, e);
     }
-    uct_remapring_copy_trim(&copies);
+    remapring_copy_trim(&copies);
     EXPECT_EQ(16u, copies.resident_pages);
-    uct_remapring_copy_trim(&copies);
-    EXPECT_EQ((uint64_t)UCT_REMAPRING_COPY_KEEP, copies.resident_pages);
-    uct_remapring_copy_cleanup(&copies);
+    remapring_copy_trim(&copies);
+    EXPECT_EQ((uint64_t)REMAPRING_COPY_KEEP, copies.resident_pages);
+    remapring_copy_cleanup(&copies);
 }
 
 /* A spare stays its class's until kept; kept spares are in use until put
  * back; past max_bytes there is none, and a put makes room again */
 TEST(test_ring_copy, spare_and_limit)
 {
-    uct_remapring_copies_t copies;
+    remapring_copies_t copies;
     unsigned n, n2;
 
-    ASSERT_EQ(UCS_OK, uct_remapring_copy_init(&copies, "t", 2 * 4096));
-    void *spare = uct_remapring_copy_spare(&copies, 1000, &n);
+    ASSERT_EQ(UCS_OK, remapring_copy_init(&copies, "t", 2 * 4096));
+    void *spare = remapring_copy_spare(&copies, 1000, &n);
     ASSERT_NE(nullptr, spare);
     EXPECT_EQ(4u, n);
-    EXPECT_EQ(spare, uct_remapring_copy_spare(&copies, 1000, &n2));
+    EXPECT_EQ(spare, remapring_copy_spare(&copies, 1000, &n2));
     EXPECT_EQ(n, n2);
 
     /* 4 of 1 KiB to a page, two pages: 8 in all */
     std::vector<void*> kept;
     for (unsigned i = 0; i < 8; ++i) {
-        void *e = uct_remapring_copy_spare(&copies, 1000, &n);
+        void *e = remapring_copy_spare(&copies, 1000, &n);
         ASSERT_NE(nullptr, e) << i;
-        uct_remapring_copy_keep(&copies, n);
+        remapring_copy_keep(&copies, n);
         kept.push_back(e);
     }
-    EXPECT_EQ(nullptr, uct_remapring_copy_spare(&copies, 1000, &n));
-    EXPECT_EQ(nullptr, uct_remapring_copy_get(&copies, 16));
+    EXPECT_EQ(nullptr, remapring_copy_spare(&copies, 1000, &n));
+    EXPECT_EQ(nullptr, remapring_copy_get(&copies, 16));
 
     /* bad addresses are refused, with an error, and change nothing */
     char outside;
-    uct_remapring_copy_put(&copies, &outside);
+    remapring_copy_put(&copies, &outside);
     EXPECT_EQ(8u, copies.nelems_used);
 
-    uct_remapring_copy_put(&copies, kept.back());
+    remapring_copy_put(&copies, kept.back());
     kept.pop_back();
-    EXPECT_NE(nullptr, uct_remapring_copy_spare(&copies, 1000, &n));
+    EXPECT_NE(nullptr, remapring_copy_spare(&copies, 1000, &n));
     for (void *e : kept) {
-        uct_remapring_copy_put(&copies, e);
+        remapring_copy_put(&copies, e);
     }
-    uct_remapring_copy_trim(&copies);
+    remapring_copy_trim(&copies);
     EXPECT_EQ(0u, copies.nelems_used);
-    uct_remapring_copy_cleanup(&copies);
+    remapring_copy_cleanup(&copies);
 }
 
 /* No copies: max_bytes 0 */
 TEST(test_ring_copy, none)
 {
-    uct_remapring_copies_t copies;
+    remapring_copies_t copies;
     unsigned n;
 
-    ASSERT_EQ(UCS_OK, uct_remapring_copy_init(&copies, "t", 0));
-    EXPECT_EQ(nullptr, uct_remapring_copy_get(&copies, 100));
-    EXPECT_EQ(nullptr, uct_remapring_copy_spare(&copies, 100, &n));
-    uct_remapring_copy_trim(&copies);
-    uct_remapring_copy_cleanup(&copies);
+    ASSERT_EQ(UCS_OK, remapring_copy_init(&copies, "t", 0));
+    EXPECT_EQ(nullptr, remapring_copy_get(&copies, 100));
+    EXPECT_EQ(nullptr, remapring_copy_spare(&copies, 100, &n));
+    remapring_copy_trim(&copies);
+    remapring_copy_cleanup(&copies);
 }

@@ -17,7 +17,7 @@
 #include "common/uct_fixture.h"
 
 extern "C" {
-#include <uct/ib/remapring/remapring_conn.h>
+#include <uct/ib/remapring/sm/remapring_sm_ctl.h>
 }
 
 #include <sys/mman.h>

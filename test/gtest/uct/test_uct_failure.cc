@@ -19,7 +19,7 @@
 #include "common/uct_fixture.h"
 
 extern "C" {
-#include <uct/ib/remapring/remapring_conn.h>
+#include <uct/ib/remapring/sm/remapring_sm_ctl.h>
 }
 
 #include <cstring>
@@ -431,14 +431,13 @@ TEST_F(test_uct_failure, closed_after_a_bad_record_reclaimed)
     /* the next record, of a type there is not, then the close, with no
      * progress of the receiver in between */
     scoped_log_capture log;
-    uct_remapring_ring_hdr_t hdr = {};
-    char *rec = pool + ((size_t)block * ctl->block_size) +
-                UCT_REMAPRING_RING_ALIGN;
+    remapring_ring_hdr_t hdr = {};
+    char *rec = pool + ((size_t)block * ctl->block_size) + REMAPRING_RING_ALIGN;
     hdr.type  = 0x77;
     memcpy(rec + sizeof(hdr.stamp), (char*)&hdr + sizeof(hdr.stamp),
            sizeof(hdr) - sizeof(hdr.stamp));
-    __atomic_store_n((uint64_t*)rec,
-                     UCT_REMAPRING_RING_ALIGN ^ conn->ring.info.nonce,
+    __atomic_store_n((uint64_t *)rec,
+                     REMAPRING_RING_ALIGN ^ conn->ring.info.nonce,
                      __ATOMIC_RELEASE);
     s1->ep_destroy(ep);
 

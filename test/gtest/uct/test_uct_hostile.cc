@@ -42,7 +42,7 @@
 #include "common/uct_fixture.h"
 
 extern "C" {
-#include <uct/ib/remapring/remapring_conn.h>
+#include <uct/ib/remapring/sm/remapring_sm_ctl.h>
 }
 
 #include <algorithm>
@@ -730,7 +730,7 @@ protected:
     {
         uint64_t r = rng();
         uint64_t v = rng();
-        uct_remapring_ring_ctl_t *rc = &t.conn->ring;
+        remapring_ring_ctl_t *rc = &t.conn->ring;
         uint64_t tail = __atomic_load_n(&rc->tail, __ATOMIC_RELAXED);
         uint64_t limit = __atomic_load_n(&rc->limit, __ATOMIC_RELAXED);
 
@@ -839,7 +839,7 @@ protected:
     }
 
     /* Close every sender (their endpoints, then their interfaces, whose
-     * own pools count in uct_remapring_pool_total_used() too): the
+     * own pools count in remapring_pool_blocks_in_use(NULL) too): the
      * receiver's pool must come back to @a before blocks in use */
     void close_senders(entity *rx, uint64_t before)
     {
@@ -852,9 +852,9 @@ protected:
         }
         m_honest.clear();
         EXPECT_TRUE(wait_for([&]() {
-            return uct_remapring_pool_total_used() == before;
-        })) << uct_remapring_pool_total_used() << " blocks in use, " << before
-            << " before any sender came";
+            return remapring_pool_blocks_in_use(NULL) == before;
+        })) << remapring_pool_blocks_in_use(NULL)
+            << " blocks in use, " << before << " before any sender came";
     }
 
     /* Hostile writes from another thread, as another process would */
@@ -909,7 +909,7 @@ void test_uct_hostile_sender::run_scribble(const char *wire,
 {
     entity *rx = open_receiver();
     ASSERT_NE(nullptr, rx);
-    uint64_t pool_before = uct_remapring_pool_total_used();
+    uint64_t pool_before = remapring_pool_blocks_in_use(NULL);
 
     add_honest(rx, "shm");
     add_honest(rx, "cma");
@@ -1048,7 +1048,7 @@ TEST_F(test_uct_hostile_sender, offered_slot_closed_out_of_turn)
         return v;
     };
     ASSERT_TRUE(wait_for([&]() { return offered().size() == 2; }));
-    uint64_t used = uct_remapring_pool_total_used();
+    uint64_t used = remapring_pool_blocks_in_use(NULL);
 
     for (bool bell : {true, false}) {
         SCOPED_TRACE(bell ? "doorbell rung" : "no doorbell");
@@ -1069,7 +1069,7 @@ TEST_F(test_uct_hostile_sender, offered_slot_closed_out_of_turn)
                     UCT_REMAPRING_CONN_CLOSED) &&
                    (offered().size() == 2);
         })) << "slot " << index << " kept";
-        EXPECT_EQ(used, uct_remapring_pool_total_used());
+        EXPECT_EQ(used, remapring_pool_blocks_in_use(NULL));
     }
 
     add_honest(rx, "shm");
@@ -1084,7 +1084,7 @@ TEST_F(test_uct_hostile_sender, state_rewritten)
 {
     entity *rx = open_receiver();
     ASSERT_NE(nullptr, rx);
-    uint64_t pool_before = uct_remapring_pool_total_used();
+    uint64_t pool_before = remapring_pool_blocks_in_use(NULL);
     add_honest(rx, "shm");
     add_honest(rx, "cma");
 

@@ -7,8 +7,9 @@
 # verbs device only. In a guest the transport has two devices, memory and
 # rxe0:1; the host's test command already runs every suite on memory, so
 # here only the cases instantiated on rxe0:1 (and, for test_md, on the
-# rxe0 memory domain) run, read from the harness's --gtest_list_tests, all
-# in one run of the harness (each start of it costs seconds under TCG).
+# rxe0 memory domain of the remapring_verbs component) run, read from the
+# harness's --gtest_list_tests, all in one run of the harness (each start
+# of it costs seconds under TCG).
 #
 # usage: ucx_suites.sh CONTRIB MODULE SUITE...
 #   CONTRIB  the tree's contrib/ directory, added to the guest
@@ -30,7 +31,8 @@ harness=$(bash "$contrib/ucx-gtest.sh" build 2>/dev/null | tail -1)
 filter=
 for s in "$@"; do
     cases=$(LD_PRELOAD=$module "$harness" --gtest_list_tests \
-                --gtest_filter="remapring/$s.*" 2>/dev/null |
+                --gtest_filter="remapring/$s.*:remapring_verbs/$s.*" \
+                2>/dev/null |
             awk '/^[^ ]/ { suite = $1; next }
                  /GetParam\(\) = (remapring\/)?rxe[0-9]+(:[0-9]+)?$/ {
                      print suite $1 }')
@@ -49,13 +51,13 @@ st=$?
 # per suite: passed, skipped, failed, from the harness's own lines and the
 # summary ucx-gtest.sh prints (skips and failures by name)
 awk '
-    /^\[ RUN      \] / { split($4, p, "."); s = p[1]; sub(/^remapring\//, "", s)
+    /^\[ RUN      \] / { split($4, p, "."); s = p[1]; sub(/^remapring(_verbs)?\//, "", s)
                          seen[s]++; order[s] = order[s] ? order[s] : ++ns
                          name[ns] = s }
     /^ucx-gtest: skipped / { split($3, p, "."); s = p[1]
-                             sub(/^remapring\//, "", s); skip[s]++ }
+                             sub(/^remapring(_verbs)?\//, "", s); skip[s]++ }
     /^ucx-gtest: FAILED / { split($3, p, "."); s = p[1]
-                            sub(/^remapring\//, "", s); fail[s]++ }
+                            sub(/^remapring(_verbs)?\//, "", s); fail[s]++ }
     END {
         for (i = 1; i <= ns; i++) {
             s = name[i]

@@ -61,7 +61,7 @@ if [ "$VM_ROLE" = a ]; then
          t && /Device:/ { print $3; t = 0 }' /tmp/info | grep -qx 'rxe0:1' &&
         check "ucx_info -d: remapring on rxe0:1" ||
         bad "ucx_info -d lists no remapring on rxe0:1"
-    grep -q "remapring: rxe0:1 .*$mode mode" /tmp/info &&
+    grep -q "rxe0:1 listens on .*$mode mode" /tmp/info &&
         check "the log names the $mode mode" ||
         bad "no log line names the $mode mode"
 fi
@@ -194,7 +194,7 @@ memuse() {
 # receiver being gone
 killed() {
     local p=$port spid cpid victim t0 tgone t1
-    local failed='remapring: (connection to |ep 0x[0-9a-f]+ to )'
+    local failed='(connection to |ep 0x[0-9a-f]+ to )'
     port=$((port + 1))
     vm_note "peer failure: the receiver killed while the sender streams"
     timeout 60 "${rr[@]}" ucx_perftest -t am_bw -x remapring -d rxe0:1 \

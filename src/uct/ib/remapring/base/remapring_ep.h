@@ -5,35 +5,46 @@
 #ifndef UCT_REMAPRING_EP_H_
 #define UCT_REMAPRING_EP_H_
 
+/*
+ * The send side every transport on the ring shares. A peer is a sending
+ * interface's connection to one receiving interface; every endpoint to that
+ * interface shares it, and so its ring: UCT orders sends per endpoint, one
+ * ring orders them all.
+ *
+ * A peer fails when its transport finds the receiver gone or its ring bad
+ * (uct_remapring_peer_failed()). From then on every endpoint of the peer
+ * returns the failure from its operations, keeps its pending requests for
+ * the user to purge, and has the interface's error handler called for it
+ * once, from the worker's progress.
+ *
+ * Active messages go through the peer's ring writer, inline
+ * (remapring_ep.inl): each transport instantiates them with what it does
+ * after a record is published (a doorbell, or nothing).
+ */
+
 #include "remapring_iface.h"
-
-
-/** Largest am_zcopy header, and pieces of an am_zcopy/put/get iov */
-#define UCT_REMAPRING_AM_MAX_HDR 128
-#define UCT_REMAPRING_MAX_IOV    ((size_t)UCT_REMAPRING_RING_MAX_IOV - 1)
 
 
 /**
  * A sending interface's connection to one receiving interface, shared by
- * every endpoint from the one to the other: they write into one ring.
+ * every endpoint from the one to the other: they write into one ring. A
+ * transport embeds it first in its own peer.
  */
 struct uct_remapring_peer {
-    uct_remapring_iface_t       *iface;   /* the sending interface */
-    uct_remapring_remote_t      remote;   /* control area and connection */
-    uct_remapring_wire_t        *wire;    /* NULL until the ring is ready */
-    uct_remapring_ring_writer_t writer;
-    int                         pool_fd;  /* shm: the receiver's pool until
-                                             the wire maps it, or -1 */
-    ucs_status_t                status;   /* sticky failure */
-    const char                  *reason;  /* what failed */
-    unsigned                    stalls;   /* sends refused for credit */
-    ucs_list_link_t             eps;      /* endpoints using it */
-    struct uct_remapring_vconn  *vconn;   /* verbs wire: its connection */
-    char                        name[64]; /* the receiver, for the log */
-    /* verbs wire: active messages sent before the connection was up, in
-     * order, replayed once it is (uct_remapring_peer_replay) */
-    char                        *backlog;
-    size_t                      backlog_len, backlog_pos;
+    uct_remapring_iface_t *iface; /* the sending interface */
+    uint64_t key; /* in iface->tx.peers */
+    remapring_wire_t *wire; /* NULL until the ring is ready */
+    remapring_ring_writer_t writer;
+    ucs_status_t status; /* sticky failure */
+    const char *reason; /* what failed */
+    ucs_list_link_t eps; /* endpoints using it */
+    char name[64]; /* the receiver, for the log */
+    /* active messages sent before the ring was ready, where the transport
+     * takes them (early), in order, written once it is ready
+     * (uct_remapring_peer_replay) */
+    int early;
+    char *backlog;
+    size_t backlog_len, backlog_pos;
 };
 
 
@@ -55,80 +66,22 @@ struct uct_remapring_ep {
 UCS_CLASS_DECLARE_NEW_FUNC(uct_remapring_ep_t, uct_ep_t, const uct_ep_params_t*);
 UCS_CLASS_DECLARE_DELETE_FUNC(uct_remapring_ep_t, uct_ep_t);
 
-/** Active messages; see uct_ep_am_short() and friends. */
-ucs_status_t uct_remapring_ep_am_short(uct_ep_h tl_ep, uint8_t id,
-                                       uint64_t header, const void *payload,
-                                       unsigned length);
 
-/** See uct_ep_am_short_iov(). */
-ucs_status_t uct_remapring_ep_am_short_iov(uct_ep_h tl_ep, uint8_t id,
-                                           const uct_iov_t *iov,
-                                           size_t iovcnt);
+/**
+ * Initialize the base of a new peer of @a iface, named @a fmt for the log.
+ */
+void uct_remapring_peer_init(uct_remapring_peer_t *peer,
+                             uct_remapring_iface_t *iface, const char *fmt, ...)
+        UCS_F_PRINTF(3, 4);
 
-/** See uct_ep_am_bcopy(). */
-ssize_t uct_remapring_ep_am_bcopy(uct_ep_h tl_ep, uint8_t id,
-                                  uct_pack_callback_t pack_cb, void *arg,
-                                  unsigned flags);
 
-/** See uct_ep_am_zcopy(); completes at once. */
-ucs_status_t uct_remapring_ep_am_zcopy(uct_ep_h tl_ep, uint8_t id,
-                                       const void *header,
-                                       unsigned header_length,
-                                       const uct_iov_t *iov, size_t iovcnt,
-                                       unsigned flags, uct_completion_t *comp);
+/**
+ * Free what the base of a peer holds (a backlog never sent is dropped, as a
+ * destroyed endpoint's sends in flight are on any transport); the
+ * transport frees the peer.
+ */
+void uct_remapring_peer_cleanup(uct_remapring_peer_t *peer);
 
-/** Put and get through a buffer, or from the caller's bytes, with
- *  process_vm_readv/writev; complete at once. */
-ucs_status_t uct_remapring_ep_put_short(uct_ep_h tl_ep, const void *buffer,
-                                        unsigned length, uint64_t remote_addr,
-                                        uct_rkey_t rkey);
-
-/** See uct_ep_put_bcopy(). */
-ssize_t uct_remapring_ep_put_bcopy(uct_ep_h tl_ep, uct_pack_callback_t pack_cb,
-                                   void *arg, uint64_t remote_addr,
-                                   uct_rkey_t rkey);
-
-/** See uct_ep_get_short(). */
-ucs_status_t uct_remapring_ep_get_short(uct_ep_h tl_ep, void *buffer,
-                                        unsigned length, uint64_t remote_addr,
-                                        uct_rkey_t rkey);
-
-/** See uct_ep_get_bcopy(). */
-ucs_status_t uct_remapring_ep_get_bcopy(uct_ep_h tl_ep,
-                                        uct_unpack_callback_t unpack_cb,
-                                        void *arg, size_t length,
-                                        uint64_t remote_addr, uct_rkey_t rkey,
-                                        uct_completion_t *comp);
-
-/** RDMA-style write with process_vm_writev; completes at once. */
-ucs_status_t uct_remapring_ep_put_zcopy(uct_ep_h tl_ep, const uct_iov_t *iov,
-                                        size_t iovcnt, uint64_t remote_addr,
-                                        uct_rkey_t rkey,
-                                        uct_completion_t *comp);
-
-/** RDMA-style read with process_vm_readv; completes at once. */
-ucs_status_t uct_remapring_ep_get_zcopy(uct_ep_h tl_ep, const uct_iov_t *iov,
-                                        size_t iovcnt, uint64_t remote_addr,
-                                        uct_rkey_t rkey,
-                                        uct_completion_t *comp);
-
-/** Queue a request until the ring has credit again. */
-ucs_status_t uct_remapring_ep_pending_add(uct_ep_h tl_ep,
-                                          uct_pending_req_t *req,
-                                          unsigned flags);
-
-/** Drop the pending requests, calling @a cb on each. */
-void uct_remapring_ep_pending_purge(uct_ep_h tl_ep,
-                                    uct_pending_purge_callback_t cb,
-                                    void *arg);
-
-/** Sends complete when they return: flush only waits for credit. */
-ucs_status_t uct_remapring_ep_flush(uct_ep_h tl_ep, unsigned flags,
-                                    uct_completion_t *comp);
-
-/** Keepalive: fails the peer if the receiver or its interface is gone. */
-ucs_status_t uct_remapring_ep_check(uct_ep_h tl_ep, unsigned flags,
-                                    uct_completion_t *comp);
 
 /**
  * The peer failed: every endpoint of it fails, once, and has the
@@ -137,13 +90,32 @@ ucs_status_t uct_remapring_ep_check(uct_ep_h tl_ep, unsigned flags,
 void uct_remapring_peer_failed(uct_remapring_peer_t *peer,
                                ucs_status_t status, const char *reason);
 
+
 /**
- * Send the active messages kept while the peer's verbs connection was not
- * up, in order, as far as credit and send resources go: UCS_OK when none
- * is left, UCS_ERR_NO_RESOURCE when some are (again on the next credit or
+ * The peer's ring is ready: make its writer for the ring @a info describes,
+ * written through @a wire (which the peer owns from now on, also on error).
+ * Fails the peer if the ring is not valid.
+ */
+ucs_status_t uct_remapring_peer_set_wire(uct_remapring_peer_t *peer,
+                                         const remapring_ring_info_t *info,
+                                         remapring_wire_t *wire);
+
+
+/**
+ * Write the active messages kept before the peer's ring was ready, in
+ * order, as far as credit and send resources go: UCS_OK when none is left,
+ * UCS_ERR_NO_RESOURCE when some are (again on the next credit or
  * completion), or the peer's failure.
  */
 ucs_status_t uct_remapring_peer_replay(uct_remapring_peer_t *peer);
+
+
+/**
+ * The live peer of @a iface whose key is @a key, or NULL.
+ */
+uct_remapring_peer_t *
+uct_remapring_iface_find_peer(uct_remapring_iface_t *iface, uint64_t key);
+
 
 /**
  * Send-side progress: reschedule endpoints whose ring got credit back and
@@ -151,25 +123,55 @@ ucs_status_t uct_remapring_peer_replay(uct_remapring_peer_t *peer);
  */
 unsigned uct_remapring_ep_progress_pending(uct_remapring_iface_t *iface);
 
-/**
- * Look at the ring of the next receiver in turn (found among a bounded
- * number of hash buckets) for a request to give back credit; answer it, and
- * wake the receiver. Bounded work per call, whatever the number of
- * receivers.
- */
-void uct_remapring_ep_yield_some(uct_remapring_iface_t *iface);
 
 /**
- * Send-side checks, now and then from the interface's progress: fail the
- * peers whose receiver failed or released their connection or closed its
- * interface.
+ * Say which peers are left when the interface closes (endpoints the user
+ * did not destroy).
  */
-void uct_remapring_ep_check_peers(uct_remapring_iface_t *iface);
+void uct_remapring_iface_warn_peers(uct_remapring_iface_t *iface);
 
-/**
- * Destroy the peers left when the interface closes (endpoints the user did
- * not destroy).
- */
-void uct_remapring_ep_cleanup_peers(uct_remapring_iface_t *iface);
+
+/** See uct_ep_pending_add(): queued until the ring has credit again. */
+ucs_status_t uct_remapring_ep_pending_add(uct_ep_h tl_ep,
+                                          uct_pending_req_t *req,
+                                          unsigned flags);
+
+/** See uct_ep_pending_purge(). */
+void uct_remapring_ep_pending_purge(uct_ep_h tl_ep,
+                                    uct_pending_purge_callback_t cb, void *arg);
+
+/** See uct_ep_flush(): sends complete when they return; a flush waits only
+ *  behind pending requests. */
+ucs_status_t
+uct_remapring_ep_flush(uct_ep_h tl_ep, unsigned flags, uct_completion_t *comp);
+
+
+/* The slow paths of the inline sends (remapring_ep.inl) */
+
+/** A send that found @a ep not ready with @a status: kept for the
+ *  connection if the transport takes early sends, else @a status */
+ucs_status_t
+uct_remapring_ep_send_early(uct_remapring_ep_t *ep, ucs_status_t status,
+                            uint8_t id, const struct iovec *iov, size_t iovcnt);
+
+/** am_bcopy on an endpoint that is not ready: packed into the backlog if
+ *  it may be kept, else @a status */
+ssize_t uct_remapring_ep_bcopy_early(uct_remapring_ep_t *ep,
+                                     ucs_status_t status, uint8_t id,
+                                     uct_pack_callback_t pack_cb, void *arg);
+
+/** Not ready: connect, or wait behind pending requests, or replay */
+ucs_status_t uct_remapring_ep_not_ready(uct_remapring_ep_t *ep);
+
+/** A write into the ring of @a peer returned @a status, not UCS_OK */
+ucs_status_t
+uct_remapring_peer_send_failed(uct_remapring_peer_t *peer, ucs_status_t status);
+
+
+/* UCT_CHECK_LENGTH for an unsigned length, which has no lower bound */
+#define UCT_REMAPRING_CHECK_MAX(_length, _max, _name)                          \
+    UCT_CHECK_PARAM((size_t)(_length) <= (size_t)(_max),                       \
+                    "Invalid %s length: %zu (expected: <= %zu)", _name,        \
+                    (size_t)(_length), (size_t)(_max))
 
 #endif

@@ -5,11 +5,22 @@
 #ifndef UCT_REMAPRING_MD_H_
 #define UCT_REMAPRING_MD_H_
 
+/*
+ * The memory domain core every transport on the ring shares: registrations
+ * go through the memory cache (src/ucs/memory/memcache.h), kept coherent by
+ * the kernel's unmap events, once the transport carries traffic; before
+ * that (a process that loads the module but selects other transports, or
+ * that registers memory with every memory domain, as UCP does) each
+ * registration is its own and nothing starts. A memory domain says what a
+ * registration is for its device (uct_remapring_md_ops_t).
+ */
+
 #include <uct/base/uct_md.h>
 #include <ucs/memory/memcache.h>
 
 
-/** Name of the component, the memory domain and the transport. */
+/** Name of the transports on the ring, and of the shared-memory one's
+ *  component and memory domain */
 #define UCT_REMAPRING_NAME "remapring"
 
 
@@ -22,71 +33,98 @@ typedef struct uct_remapring_md_config {
 } uct_remapring_md_config_t;
 
 
-/**
- * Memory domain: one per UCP context that opens the component.
- */
-typedef struct uct_remapring_md {
-    uct_md_t       super;
-    struct uct_remapring_verbs_dev *verbs; /* a verbs device's, or NULL */
-    int            use_memcache;
-    int            in_use;   /* an endpoint or a ring of ours exists */
-    ucs_memcache_t *memcache; /* made on the first registration in use */
-} uct_remapring_md_t;
+/** The rows of uct_remapring_md_config_t */
+extern ucs_config_field_t uct_remapring_md_config_table[];
 
 
 /**
- * Remote key: a registered range of the owner's address space. Packed as is;
- * @a check guards against truncated or foreign keys.
- */
-typedef struct uct_remapring_rkey {
-    uint64_t magic;
-    uint64_t address;
-    uint64_t length;
-    int32_t  pid;
-    uint32_t check;
-} UCS_S_PACKED uct_remapring_rkey_t;
-
-#define UCT_REMAPRING_RKEY_MAGIC 0x79656b72616d6572ull /* "remarkey" */
-
-
-/**
- * Memory handle of a registration.
+ * Memory handle of a registration; a memory domain may embed it first in
+ * its own.
  */
 typedef struct uct_remapring_memh {
-    void                  *address;
-    size_t                length;
-    ucs_memcache_region_t *region;    /* NULL when not cached */
-    int                   allocated; /* by mem_alloc: munmap at free */
-    struct ibv_mr         *mr;       /* verbs memory domain's */
+    void *address;
+    size_t length;
+    ucs_memcache_region_t *region; /* NULL when not cached */
+    int allocated; /* by mem_alloc: unmapped at free */
 } uct_remapring_memh_t;
 
 
-extern uct_component_t uct_remapring_component;
+typedef struct uct_remapring_md uct_remapring_md_t;
+
+
+/**
+ * What a registration is for one kind of memory domain.
+ */
+typedef struct uct_remapring_md_ops {
+    const char *cache_name; /* of its memory cache, for the log */
+    /** Register [@a address, + @a length): a new handle */
+    ucs_status_t (*reg)(uct_remapring_md_t *md, void *address, size_t length,
+                        uct_remapring_memh_t **memh_p);
+    /** Undo reg and free the handle; from any thread (the notifier's, on
+     *  an unmap) */
+    void (*dereg)(uct_remapring_md_t *md, uct_remapring_memh_t *memh);
+} uct_remapring_md_ops_t;
+
+
+/**
+ * Memory domain base: one per UCP context that opens it.
+ */
+struct uct_remapring_md {
+    uct_md_t super;
+    const uct_remapring_md_ops_t *reg_ops;
+    int use_memcache;
+    int in_use; /* an endpoint or a ring of ours
+                                              exists */
+    ucs_memcache_t *memcache; /* made on the first
+                                               registration in use */
+};
+
+
+/**
+ * Initialize the base of a memory domain of @a component.
+ */
+void uct_remapring_md_init(uct_remapring_md_t *md, uct_component_t *component,
+                           uct_md_ops_t *md_ops,
+                           const uct_remapring_md_ops_t *reg_ops,
+                           const uct_md_config_t *config);
+
+
+/**
+ * Free what the base holds (its memory cache and the registrations in it).
+ */
+void uct_remapring_md_cleanup(uct_remapring_md_t *md);
 
 
 /**
  * Mark the memory domain as carrying traffic: from now on registrations go
- * through the memory cache (and start its notifier). Until then, as in a
- * process that loads the module but selects other transports, they are
- * plain bookkeeping and start nothing.
+ * through the memory cache (and start its notifier).
  */
 void uct_remapring_md_set_in_use(uct_md_h md);
 
 
 /**
- * Check that an unpacked remote key covers [@a address, + @a length) of
- * process @a pid; logs and returns UCS_ERR_INVALID_PARAM otherwise (also for
- * a null or UCT_INVALID_RKEY key).
+ * The memory cache, made if the memory domain is in use and may have one;
+ * or NULL.
  */
-ucs_status_t uct_remapring_rkey_check(uct_rkey_t rkey, pid_t pid,
-                                      uint64_t address, size_t length);
+ucs_memcache_t *uct_remapring_md_cache(uct_remapring_md_t *md);
+
+
+/** See uct_md_mem_reg(): through the cache, or a registration of its own */
+ucs_status_t uct_remapring_md_mem_reg(uct_md_h uct_md, void *address,
+                                      size_t length, unsigned flags,
+                                      uct_mem_h *memh_p);
+
+
+/** See uct_md_mem_dereg() */
+ucs_status_t
+uct_remapring_md_mem_dereg(uct_md_h uct_md,
+                           const uct_md_mem_dereg_params_t *params);
 
 
 /**
- * Whether this host lets the transport work: process_vm_writev into our own
- * address space succeeds and memfd_create is available. Cached after the
- * first call.
+ * The check word of a packed remote key: a CRC of its first @a size bytes,
+ * which guards against truncated or foreign keys.
  */
-int uct_remapring_md_host_supported(void);
+uint32_t uct_remapring_rkey_check_word(const void *rkey, size_t size);
 
 #endif

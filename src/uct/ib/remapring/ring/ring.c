@@ -6,7 +6,7 @@
 #define _GNU_SOURCE
 #endif
 
-#include <uct/ib/remapring/ring.h>
+#include <uct/ib/remapring/ring/ring.h>
 
 #include <ucs/arch/bitops.h>
 #include <ucs/debug/log_def.h>
@@ -20,41 +20,40 @@
 #include <sys/random.h>
 
 
-int uct_remapring_ring_geometry_valid(size_t block_size, unsigned nslots,
-                                      const uct_remapring_ring_layout_t *layout)
+int remapring_ring_geometry_valid(size_t block_size, unsigned nslots,
+                                  const remapring_ring_layout_t *layout)
 {
     if (!ucs_is_pow2(block_size) || (block_size < 4096) ||
-        (block_size > UCT_REMAPRING_RING_BLOCK_MAX) || !ucs_is_pow2(nslots) ||
-        (nslots < 2) || (nslots > UCT_REMAPRING_RING_SLOTS_MAX) ||
-        (layout->align == 0) ||
-        !ucs_is_pow2(layout->align) || (layout->align > 4096) ||
-        (layout->align_offset >= layout->align) ||
+        (block_size > REMAPRING_RING_BLOCK_MAX) || !ucs_is_pow2(nslots) ||
+        (nslots < 2) || (nslots > REMAPRING_RING_SLOTS_MAX) ||
+        (layout->align == 0) || !ucs_is_pow2(layout->align) ||
+        (layout->align > 4096) || (layout->align_offset >= layout->align) ||
         !ucs_is_pow2(layout->rec_align) ||
-        (layout->rec_align < UCT_REMAPRING_RING_ALIGN) ||
-        (layout->rec_align > 4096) ||
-        (layout->inline_max > 4096) || (layout->reserve > block_size) ||
+        (layout->rec_align < REMAPRING_RING_ALIGN) ||
+        (layout->rec_align > 4096) || (layout->inline_max > 4096) ||
+        (layout->reserve > block_size) ||
         /* what max_payload takes off the block must fit in it: an
          * alignment of a whole block after the reserve would wrap it */
-        (sizeof(uct_remapring_ring_hdr_t) + (uint64_t)layout->reserve +
-         layout->align - 1 >= block_size)) {
+        (sizeof(remapring_ring_hdr_t) + (uint64_t)layout->reserve +
+                 layout->align - 1 >=
+         block_size)) {
         return 0;
     }
 
-    return uct_remapring_ring_max_payload(block_size, layout) >=
-           block_size / 2;
+    return remapring_ring_max_payload(block_size, layout) >= block_size / 2;
 }
 
-void uct_remapring_ring_params_default(uct_remapring_ring_params_t *params)
+void remapring_ring_params_default(remapring_ring_params_t *params)
 {
     params->nslots       = 16;
     params->headroom     = 256;
     params->inline_max   = 0;
     params->align        = 1;
     params->align_offset = 0;
-    params->rec_align    = UCT_REMAPRING_RING_ALIGN;
+    params->rec_align    = REMAPRING_RING_ALIGN;
     params->credit_batch = 4;
     params->grant_min    = 0;
-    params->commit       = UCT_REMAPRING_RING_COMMIT_TAIL;
+    params->commit       = REMAPRING_RING_COMMIT_TAIL;
     params->shared_slots = NULL;
     params->remap_view   = 1;
     params->reclaim      = 0;
@@ -66,8 +65,8 @@ void uct_remapring_ring_params_default(uct_remapring_ring_params_t *params)
 /* Back @a slot with @a block. The writer's mirror is stored before the slot
  * is credited, and crediting is a store-release: a writer that saw the
  * credit (load-acquire) reads the new block */
-static void uct_remapring_ring_set_slot(uct_remapring_ring_t *ring,
-                                        unsigned slot, uint32_t block)
+static void
+remapring_ring_set_slot(remapring_ring_t *ring, unsigned slot, uint32_t block)
 {
     ring->slots[slot] = block;
     if (ring->shared_slots != NULL) {
@@ -78,17 +77,17 @@ static void uct_remapring_ring_set_slot(uct_remapring_ring_t *ring,
 /* What a quiet ring keeps when it reclaims: its quiet grant, and at least
  * two slots, so that any record fits past the head */
 static inline uint64_t
-uct_remapring_ring_reclaim_grant(const uct_remapring_ring_t *ring)
+remapring_ring_reclaim_grant(const remapring_ring_t *ring)
 {
     return ucs_max(ring->grant_min, 2 * ring->block_size);
 }
 
-static void uct_remapring_ring_publish(uct_remapring_ring_t *ring)
+static void remapring_ring_publish(remapring_ring_t *ring)
 {
     /* cancels an open reclaim: the writer may now read a limit past the
      * bound it would answer with (see the top of ring.h) */
     ring->reclaim_open = 0;
-    uct_remapring_ring_ctl_store_limit(ring->ctl, ring->backed);
+    remapring_ring_ctl_store_limit(ring->ctl, ring->backed);
     ring->limit = ring->backed;
     ring->stats.ncredits++;
     if (ring->on_publish != NULL) {
@@ -96,7 +95,7 @@ static void uct_remapring_ring_publish(uct_remapring_ring_t *ring)
     }
 }
 
-static void uct_remapring_ring_wait(uct_remapring_ring_t *ring)
+static void remapring_ring_wait(remapring_ring_t *ring)
 {
     if (!ring->waiting) {
         ucs_list_add_tail(&ring->pool->waiters, &ring->list);
@@ -105,7 +104,7 @@ static void uct_remapring_ring_wait(uct_remapring_ring_t *ring)
     }
 }
 
-static void uct_remapring_ring_unwait(uct_remapring_ring_t *ring)
+static void remapring_ring_unwait(remapring_ring_t *ring)
 {
     if (ring->waiting) {
         ucs_list_del(&ring->list);
@@ -115,34 +114,34 @@ static void uct_remapring_ring_unwait(uct_remapring_ring_t *ring)
 
 /* The slot the head has left: its block goes back to the pool, or stays
  * detached while records in it are held */
-static void uct_remapring_ring_retire(uct_remapring_ring_t *ring)
+static void remapring_ring_retire(remapring_ring_t *ring)
 {
-    unsigned slot = uct_remapring_ring_slot(ring, ring->credited);
+    unsigned slot = remapring_ring_slot(ring, ring->credited);
 
-    uct_remapring_pool_block_detach(ring->pool, ring->slots[slot]);
-    uct_remapring_ring_set_slot(ring, slot, UCT_REMAPRING_POOL_BLOCK_NONE);
+    remapring_pool_block_detach(ring->pool, ring->slots[slot]);
+    remapring_ring_set_slot(ring, slot, REMAPRING_POOL_BLOCK_NONE);
     ring->credited += ring->block_size;
 }
 
 /* Put @a block under @a slot: in the slot tables, and in the ring view for
  * a writer through it (an mmap) if another block was mapped there */
-static ucs_status_t uct_remapring_ring_place(uct_remapring_ring_t *ring,
-                                             unsigned slot, uint32_t block)
+static ucs_status_t
+remapring_ring_place(remapring_ring_t *ring, unsigned slot, uint32_t block)
 {
-    uct_remapring_pool_t *pool = ring->pool;
+    remapring_pool_t *pool = ring->pool;
     ucs_status_t status;
 
     if (ring->view_blocks[slot] != block) {
         /* a writer through the slot table follows the table alone */
         if (ring->remap_view) {
-            status = uct_remapring_pool_remap(pool, block,
-                                              (char*)ring->view +
-                                                      ((size_t)slot
-                                                       << ring->block_shift));
+            status = remapring_pool_remap(pool, block,
+                                          (char *)ring->view +
+                                                  ((size_t)slot
+                                                   << ring->block_shift));
             if (status != UCS_OK) {
                 /* A failed MAP_FIXED may leave the slot unmapped: the ring
                  * is unusable, the writer is never credited past here */
-                uct_remapring_pool_block_put(pool, block);
+                remapring_pool_block_put(pool, block);
                 ring->status = status;
                 return status;
             }
@@ -152,24 +151,24 @@ static ucs_status_t uct_remapring_ring_place(uct_remapring_ring_t *ring,
         ring->stats.nremaps++;
     }
 
-    uct_remapring_pool_block_attach(pool, block, ring, slot);
-    uct_remapring_ring_set_slot(ring, slot, block);
+    remapring_pool_block_attach(pool, block, ring, slot);
+    remapring_ring_set_slot(ring, slot, block);
     return UCS_OK;
 }
 
 /* Back the next slot past the window with a free block */
-static ucs_status_t uct_remapring_ring_back(uct_remapring_ring_t *ring)
+static ucs_status_t remapring_ring_back(remapring_ring_t *ring)
 {
-    unsigned slot = uct_remapring_ring_slot(ring, ring->backed);
+    unsigned slot = remapring_ring_slot(ring, ring->backed);
     ucs_status_t status;
     uint32_t block;
 
-    status = uct_remapring_pool_block_get(ring->pool, &block);
+    status = remapring_pool_block_get(ring->pool, &block);
     if (status != UCS_OK) {
         return status;
     }
 
-    status = uct_remapring_ring_place(ring, slot, block);
+    status = remapring_ring_place(ring, slot, block);
     if (status != UCS_OK) {
         return status;
     }
@@ -179,31 +178,31 @@ static ucs_status_t uct_remapring_ring_back(uct_remapring_ring_t *ring)
 }
 
 /* A fresh block under @a slot, whose block has holds and is detached */
-static ucs_status_t uct_remapring_ring_replace(uct_remapring_ring_t *ring,
-                                               unsigned slot)
+static ucs_status_t
+remapring_ring_replace(remapring_ring_t *ring, unsigned slot)
 {
     uint32_t held = ring->slots[slot];
     ucs_status_t status;
     uint32_t block;
 
-    status = uct_remapring_pool_block_get(ring->pool, &block);
+    status = remapring_pool_block_get(ring->pool, &block);
     if (status != UCS_OK) {
         return status;
     }
 
-    status = uct_remapring_ring_place(ring, slot, block);
+    status = remapring_ring_place(ring, slot, block);
     if (status != UCS_OK) {
         return status;
     }
 
-    uct_remapring_pool_block_detach(ring->pool, held);
+    remapring_pool_block_detach(ring->pool, held);
     return UCS_OK;
 }
 
 /* How far ahead of the credited point the writer may write: the grant,
  * doubled when the writer ran out of credit since last time and the pool
  * has room, down to the minimum once the ring sleeps */
-static void uct_remapring_ring_adjust_grant(uct_remapring_ring_t *ring)
+static void remapring_ring_adjust_grant(remapring_ring_t *ring)
 {
     uint64_t stalls = __atomic_load_n(&ring->ctl->stalls, __ATOMIC_RELAXED);
 
@@ -212,7 +211,7 @@ static void uct_remapring_ring_adjust_grant(uct_remapring_ring_t *ring)
     }
 
     ring->seen_stalls = stalls;
-    if (uct_remapring_pool_available(ring->pool) >= 2 * ring->nslots) {
+    if (remapring_pool_available(ring->pool) >= 2 * ring->nslots) {
         ring->grant = ucs_min(ring->grant * 2, ring->window_size);
     }
 }
@@ -225,25 +224,25 @@ static void uct_remapring_ring_adjust_grant(uct_remapring_ring_t *ring)
  * be had the ring waits on the pool, and release() calls back here when a
  * block frees.
  */
-void uct_remapring_ring_credit(uct_remapring_ring_t *ring)
+void remapring_ring_credit(remapring_ring_t *ring)
 {
-    uct_remapring_pool_t *pool = ring->pool;
+    remapring_pool_t *pool = ring->pool;
     uint64_t done = ring->head & ~(uint64_t)(ring->block_size - 1);
     uint64_t batch;
     unsigned slot;
 
-    uct_remapring_ring_adjust_grant(ring);
+    remapring_ring_adjust_grant(ring);
     while (ring->credited < done) {
-        slot = uct_remapring_ring_slot(ring, ring->credited);
+        slot = remapring_ring_slot(ring, ring->credited);
         if ((ring->backed != ring->credited + ring->window_size) ||
             (ring->grant != ring->window_size)) {
-            uct_remapring_ring_retire(ring);
+            remapring_ring_retire(ring);
             continue;
         }
 
         /* the whole window: the slot's next lap is the next one to back */
         if (pool->blocks[ring->slots[slot]].nholds > 0) {
-            if (uct_remapring_ring_replace(ring, slot) != UCS_OK) {
+            if (remapring_ring_replace(ring, slot) != UCS_OK) {
                 break; /* waits for a free block, or for its own */
             }
         } else {
@@ -255,7 +254,7 @@ void uct_remapring_ring_credit(uct_remapring_ring_t *ring)
     }
 
     while (ring->backed < ring->credited + ring->grant) {
-        if (uct_remapring_ring_back(ring) != UCS_OK) {
+        if (remapring_ring_back(ring) != UCS_OK) {
             break;
         }
     }
@@ -264,10 +263,10 @@ void uct_remapring_ring_credit(uct_remapring_ring_t *ring)
         (ring->backed < ring->credited + ring->grant_min)) {
         /* a block must free before the writer gets its minimum */
         if (ring->status == UCS_OK) {
-            uct_remapring_ring_wait(ring);
+            remapring_ring_wait(ring);
         }
     } else {
-        uct_remapring_ring_unwait(ring);
+        remapring_ring_unwait(ring);
     }
 
     /* Publish a full batch; what is left goes when a poll finds the ring
@@ -276,12 +275,12 @@ void uct_remapring_ring_credit(uct_remapring_ring_t *ring)
     batch = ucs_max(ucs_min(ring->credit_batch, ring->grant / 2),
                     ring->block_size);
     if (ring->backed - ring->limit >= batch) {
-        uct_remapring_ring_publish(ring);
+        remapring_ring_publish(ring);
     }
 }
 
 /* Random bits: a stamp must only be unlikely to appear by chance */
-static uint64_t uct_remapring_ring_make_nonce(const void *seed)
+static uint64_t remapring_ring_make_nonce(const void *seed)
 {
     struct timespec ts;
     uint64_t nonce;
@@ -295,27 +294,25 @@ static uint64_t uct_remapring_ring_make_nonce(const void *seed)
     return nonce;
 }
 
-ucs_status_t
-uct_remapring_ring_create(uct_remapring_pool_t *pool,
-                          const uct_remapring_ring_params_t *params,
-                          uct_remapring_ring_ctl_t *ctl,
-                          uct_remapring_ring_t **ring_p)
+ucs_status_t remapring_ring_create(remapring_pool_t *pool,
+                                   const remapring_ring_params_t *params,
+                                   remapring_ring_ctl_t *ctl,
+                                   remapring_ring_t **ring_p)
 {
-    uct_remapring_ring_layout_t layout;
-    uct_remapring_ring_t *ring;
+    remapring_ring_layout_t layout;
+    remapring_ring_t *ring;
     ucs_status_t status;
     unsigned i, run;
 
-    uct_remapring_ring_layout_init(&layout, params->headroom,
-                                   params->inline_max, params->align,
-                                   params->align_offset);
+    remapring_ring_layout_init(&layout, params->headroom, params->inline_max,
+                               params->align, params->align_offset);
     layout.rec_align = params->rec_align;
-    if (!uct_remapring_ring_geometry_valid(pool->block_size, params->nslots,
-                                           &layout) ||
-        ((params->commit != UCT_REMAPRING_RING_COMMIT_TAIL) &&
-         (params->commit != UCT_REMAPRING_RING_COMMIT_STAMP)) ||
+    if (!remapring_ring_geometry_valid(pool->block_size, params->nslots,
+                                       &layout) ||
+        ((params->commit != REMAPRING_RING_COMMIT_TAIL) &&
+         (params->commit != REMAPRING_RING_COMMIT_STAMP)) ||
         (!params->remap_view && (params->shared_slots == NULL)) ||
-        (((uintptr_t)ctl % UCT_REMAPRING_RING_ALIGN) != 0)) {
+        (((uintptr_t)ctl % REMAPRING_RING_ALIGN) != 0)) {
         ucs_error("invalid ring parameters: nslots %u headroom %u inline %u"
                   " align %u offset %u commit %d block size %zu ctl %p",
                   params->nslots, params->headroom, params->inline_max,
@@ -338,7 +335,7 @@ uct_remapring_ring_create(uct_remapring_pool_t *pool,
     ring->window_size    = (size_t)params->nslots << pool->block_shift;
     ring->layout         = layout;
     ring->commit         = params->commit;
-    ring->nonce          = uct_remapring_ring_make_nonce(ring);
+    ring->nonce          = remapring_ring_make_nonce(ring);
     ring->credit_batch =
             (uint64_t)ucs_max(1u, ucs_min(params->credit_batch, params->nslots))
             << pool->block_shift;
@@ -350,9 +347,8 @@ uct_remapring_ring_create(uct_remapring_pool_t *pool,
                           << pool->block_shift);
     ring->grant        = ring->grant_min;
     ring->reclaim      = params->reclaim && !params->remap_view &&
-                         (params->on_publish == NULL) &&
-                         (uct_remapring_ring_reclaim_grant(ring) <
-                          ring->window_size);
+                    (params->on_publish == NULL) &&
+                    (remapring_ring_reclaim_grant(ring) < ring->window_size);
     ring->reclaim_open = 0;
     ring->reclaim_seq  = 0;
     ring->reclaim_to   = 0;
@@ -378,11 +374,11 @@ uct_remapring_ring_create(uct_remapring_pool_t *pool,
 
     ring->view_blocks = ring->slots + ring->nslots;
     for (i = 0; i < 2 * ring->nslots; ++i) {
-        ring->slots[i] = UCT_REMAPRING_POOL_BLOCK_NONE;
+        ring->slots[i] = REMAPRING_POOL_BLOCK_NONE;
     }
     /* the writer's mirror names no block of an earlier ring */
     for (i = 0; i < ring->nslots; ++i) {
-        uct_remapring_ring_set_slot(ring, i, UCT_REMAPRING_POOL_BLOCK_NONE);
+        remapring_ring_set_slot(ring, i, REMAPRING_POOL_BLOCK_NONE);
     }
 
     ring->view = mmap(NULL, ring->window_size, PROT_NONE,
@@ -397,13 +393,13 @@ uct_remapring_ring_create(uct_remapring_pool_t *pool,
     /* The first window: a full pool is the caller's to report, a failed
      * growth was logged by the pool */
     for (i = 0; i < (ring->grant >> ring->block_shift); ++i) {
-        status = uct_remapring_pool_block_get(pool, &ring->slots[i]);
+        status = remapring_pool_block_get(pool, &ring->slots[i]);
         if (status != UCS_OK) {
             goto err_put_blocks;
         }
 
-        uct_remapring_pool_block_attach(pool, ring->slots[i], ring, i);
-        uct_remapring_ring_set_slot(ring, i, ring->slots[i]);
+        remapring_pool_block_attach(pool, ring->slots[i], ring, i);
+        remapring_ring_set_slot(ring, i, ring->slots[i]);
         ring->view_blocks[i] = ring->slots[i];
     }
     ring->backed = ring->grant;
@@ -418,10 +414,9 @@ uct_remapring_ring_create(uct_remapring_pool_t *pool,
              ++run) {
         }
 
-        status = uct_remapring_pool_map(pool, ring->slots[i], run,
-                                        (char *)ring->view +
-                                                ((size_t)i
-                                                 << ring->block_shift));
+        status = remapring_pool_map(pool, ring->slots[i], run,
+                                    (char *)ring->view +
+                                            ((size_t)i << ring->block_shift));
         if (status != UCS_OK) {
             i = ring->grant >> ring->block_shift;
             goto err_put_blocks;
@@ -431,7 +426,7 @@ uct_remapring_ring_create(uct_remapring_pool_t *pool,
     /* a recycled block holds old records, never followed: their stamps
      * are of other offsets or of another ring's nonce */
     memset(ctl, 0, sizeof(*ctl));
-    ctl->info.magic        = UCT_REMAPRING_RING_CTL_MAGIC;
+    ctl->info.magic        = REMAPRING_RING_CTL_MAGIC;
     ctl->info.view_addr    = (uintptr_t)ring->view;
     ctl->info.nonce        = ring->nonce;
     ctl->info.block_size   = (uint32_t)ring->block_size;
@@ -442,8 +437,8 @@ uct_remapring_ring_create(uct_remapring_pool_t *pool,
     ctl->info.align_offset = ring->layout.align_offset;
     ctl->info.commit       = ring->commit;
     ctl->info.rec_align    = ring->layout.rec_align;
-    uct_remapring_ring_ctl_store_tail(ctl, 0);
-    uct_remapring_ring_ctl_store_limit(ctl, ring->limit);
+    remapring_ring_ctl_store_tail(ctl, 0);
+    remapring_ring_ctl_store_limit(ctl, ring->limit);
 
     ucs_debug("ring %s view %p slots %u of %zu bytes reserve %u inline %u"
               " commit %d pool %p", ring->name, ring->view, ring->nslots,
@@ -454,8 +449,8 @@ uct_remapring_ring_create(uct_remapring_pool_t *pool,
 
 err_put_blocks:
     while (i-- > 0) {
-        if (ring->slots[i] != UCT_REMAPRING_POOL_BLOCK_NONE) {
-            uct_remapring_pool_block_put(pool, ring->slots[i]);
+        if (ring->slots[i] != REMAPRING_POOL_BLOCK_NONE) {
+            remapring_pool_block_put(pool, ring->slots[i]);
         }
     }
     munmap(ring->view, ring->window_size);
@@ -466,14 +461,14 @@ err_free_ring:
     return status;
 }
 
-void uct_remapring_ring_destroy(uct_remapring_ring_t *ring)
+void remapring_ring_destroy(remapring_ring_t *ring)
 {
     unsigned i;
 
-    uct_remapring_ring_unwait(ring);
+    remapring_ring_unwait(ring);
     for (i = 0; i < ring->nslots; ++i) {
-        if (ring->slots[i] != UCT_REMAPRING_POOL_BLOCK_NONE) {
-            uct_remapring_pool_block_detach(ring->pool, ring->slots[i]);
+        if (ring->slots[i] != REMAPRING_POOL_BLOCK_NONE) {
+            remapring_pool_block_detach(ring->pool, ring->slots[i]);
         }
     }
 
@@ -482,9 +477,8 @@ void uct_remapring_ring_destroy(uct_remapring_ring_t *ring)
     free(ring);
 }
 
-static ucs_status_t uct_remapring_ring_bad(uct_remapring_ring_t *ring,
-                                           const char *what,
-                                           const uct_remapring_ring_hdr_t *hdr)
+static ucs_status_t remapring_ring_bad(remapring_ring_t *ring, const char *what,
+                                       const remapring_ring_hdr_t *hdr)
 {
     ucs_error("ring %s: bad record at offset %lu (limit %lu): %s; stamp"
               " 0x%lx length %u type 0x%x",
@@ -496,16 +490,16 @@ static ucs_status_t uct_remapring_ring_bad(uct_remapring_ring_t *ring,
 
 /* TAIL commit: load a new tail when the head reached the last one; false if
  * there is none (or it is bad: ring->status says) */
-static int uct_remapring_ring_load_tail(uct_remapring_ring_t *ring)
+static int remapring_ring_load_tail(remapring_ring_t *ring)
 {
-    uint64_t tail = uct_remapring_ring_ctl_load_tail(ring->ctl);
+    uint64_t tail = remapring_ring_ctl_load_tail(ring->ctl);
 
     if (tail == ring->tail) {
         return 0;
     }
 
     if ((tail < ring->tail) || (tail > ring->limit) ||
-        ((tail % UCT_REMAPRING_RING_ALIGN) != 0)) {
+        ((tail % REMAPRING_RING_ALIGN) != 0)) {
         ucs_error("ring %s: bad tail %lu: head %lu limit %lu", ring->name,
                   tail, ring->head, ring->limit);
         ring->status = UCS_ERR_IO_ERROR;
@@ -519,17 +513,17 @@ static int uct_remapring_ring_load_tail(uct_remapring_ring_t *ring)
 /* Whether a record is committed at the head; STAMP commit reads the stamp
  * with acquire: the rest of the record may be read after it */
 static UCS_F_ALWAYS_INLINE int
-uct_remapring_ring_committed(uct_remapring_ring_t *ring, const void *rec)
+remapring_ring_committed(remapring_ring_t *ring, const void *rec)
 {
-    if (ring->commit == UCT_REMAPRING_RING_COMMIT_STAMP) {
+    if (ring->commit == REMAPRING_RING_COMMIT_STAMP) {
         return __atomic_load_n((const uint64_t*)rec, __ATOMIC_ACQUIRE) ==
                (ring->head ^ ring->nonce);
     }
 
-    return (ring->head != ring->tail) || uct_remapring_ring_load_tail(ring);
+    return (ring->head != ring->tail) || remapring_ring_load_tail(ring);
 }
 
-int uct_remapring_ring_is_empty(uct_remapring_ring_t *ring)
+int remapring_ring_is_empty(remapring_ring_t *ring)
 {
     const void *rec;
 
@@ -537,21 +531,21 @@ int uct_remapring_ring_is_empty(uct_remapring_ring_t *ring)
         return 1;
     }
 
-    rec = uct_remapring_ring_cpu_addr(ring, ring->head);
-    if (ring->commit == UCT_REMAPRING_RING_COMMIT_STAMP) {
+    rec = remapring_ring_cpu_addr(ring, ring->head);
+    if (ring->commit == REMAPRING_RING_COMMIT_STAMP) {
         return __atomic_load_n((const uint64_t*)rec, __ATOMIC_ACQUIRE) !=
                (ring->head ^ ring->nonce);
     }
 
-    return uct_remapring_ring_ctl_load_tail(ring->ctl) == ring->head;
+    return remapring_ring_ctl_load_tail(ring->ctl) == ring->head;
 }
 
-ucs_status_t uct_remapring_ring_poll_slow(uct_remapring_ring_t *ring,
-                                          uct_remapring_ring_rx_t *rx)
+ucs_status_t
+remapring_ring_poll_slow(remapring_ring_t *ring, remapring_ring_rx_t *rx)
 {
     uint64_t pos_mask = ring->block_size - 1;
     uint64_t limit, pos, size, end;
-    uct_remapring_ring_hdr_t hdr;
+    remapring_ring_hdr_t hdr;
     char *rec;
 
     if (ucs_unlikely(ring->status != UCS_OK)) {
@@ -561,13 +555,14 @@ ucs_status_t uct_remapring_ring_poll_slow(uct_remapring_ring_t *ring,
     for (;;) {
         /* nothing past the limit: its slot may have no block */
         rec = (ring->head < ring->limit) ?
-              uct_remapring_ring_cpu_addr(ring, ring->head) : NULL;
-        if ((rec == NULL) || !uct_remapring_ring_committed(ring, rec)) {
+                      remapring_ring_cpu_addr(ring, ring->head) :
+                      NULL;
+        if ((rec == NULL) || !remapring_ring_committed(ring, rec)) {
             if (ucs_unlikely(ring->status != UCS_OK)) {
                 return ring->status;
             }
 
-            uct_remapring_ring_flush_credits(ring);
+            remapring_ring_flush_credits(ring);
             return (ring->status != UCS_OK) ? ring->status :
                                               UCS_ERR_NO_PROGRESS;
         }
@@ -577,113 +572,111 @@ ucs_status_t uct_remapring_ring_poll_slow(uct_remapring_ring_t *ring,
          * that is used */
         memcpy(&hdr, rec, sizeof(hdr));
         if (hdr.stamp != (ring->head ^ ring->nonce)) {
-            return uct_remapring_ring_bad(ring, "wrong offset stamp", &hdr);
+            return remapring_ring_bad(ring, "wrong offset stamp", &hdr);
         }
 
         /* the writer may have written below the tail (TAIL) or the limit */
-        limit = (ring->commit == UCT_REMAPRING_RING_COMMIT_TAIL) ?
-                ring->tail : ring->limit;
+        limit = (ring->commit == REMAPRING_RING_COMMIT_TAIL) ? ring->tail :
+                                                               ring->limit;
         pos   = ring->head & pos_mask;
-        if (hdr.type == UCT_REMAPRING_RING_REC_DATA) {
-            size = uct_remapring_ring_record_size(&ring->layout, ring->head,
-                                                  hdr.length);
+        if (hdr.type == REMAPRING_RING_REC_DATA) {
+            size = remapring_ring_record_size(&ring->layout, ring->head,
+                                              hdr.length);
             end  = ring->head + size;
             if (pos + size > ring->block_size) {
-                return uct_remapring_ring_bad(ring, "length past the slot",
-                                              &hdr);
+                return remapring_ring_bad(ring, "length past the slot", &hdr);
             } else if (end > limit) {
-                return uct_remapring_ring_bad(ring, "length past the tail or"
-                                              " limit", &hdr);
+                return remapring_ring_bad(ring,
+                                          "length past the tail or"
+                                          " limit",
+                                          &hdr);
             }
 
-            rx->payload   = rec + (uct_remapring_ring_payload_pos(
-                                           &ring->layout, ring->head,
-                                           hdr.length) -
-                                   ring->head);
+            rx->payload = rec +
+                          (remapring_ring_payload_pos(&ring->layout, ring->head,
+                                                      hdr.length) -
+                           ring->head);
             rx->length    = hdr.length;
             rx->am_id     = hdr.am_id;
             rx->flags     = hdr.flags;
-            rx->is_inline = uct_remapring_ring_is_inline(&ring->layout,
-                                                         hdr.length);
+            rx->is_inline = remapring_ring_is_inline(&ring->layout, hdr.length);
             rx->offset    = ring->head;
             rx->next      = end;
             return UCS_OK;
-        } else if (hdr.type == UCT_REMAPRING_RING_REC_PAD) {
+        } else if (hdr.type == REMAPRING_RING_REC_PAD) {
             if ((hdr.length != ring->block_size - pos) ||
                 (ring->head + hdr.length > limit)) {
-                return uct_remapring_ring_bad(ring, "bad pad length", &hdr);
+                return remapring_ring_bad(ring, "bad pad length", &hdr);
             }
 
             ring->head += hdr.length;
             ring->stats.npads++;
-            uct_remapring_ring_credit(ring);
+            remapring_ring_credit(ring);
         } else {
-            return uct_remapring_ring_bad(ring, "unknown record type", &hdr);
+            return remapring_ring_bad(ring, "unknown record type", &hdr);
         }
     }
 }
 
-void uct_remapring_ring_hold(uct_remapring_ring_t *ring,
-                             const uct_remapring_ring_rx_t *rx)
+void remapring_ring_hold(remapring_ring_t *ring, const remapring_ring_rx_t *rx)
 {
-    uct_remapring_pool_block_hold(
-            ring->pool, ring->slots[uct_remapring_ring_slot(ring, rx->offset)],
-            rx->offset & (ring->block_size - 1),
-            ((rx->next - 1) & (ring->block_size - 1)) + 1);
+    remapring_pool_block_hold(ring->pool,
+                              ring->slots[remapring_ring_slot(ring, rx->offset)],
+                              rx->offset & (ring->block_size - 1),
+                              ((rx->next - 1) & (ring->block_size - 1)) + 1);
     ring->stats.nholds++;
 }
 
 /* Blocks became free: let the rings waiting for one (oldest first) take
  * them */
-static void uct_remapring_ring_wake_waiters(uct_remapring_pool_t *pool)
+static void remapring_ring_wake_waiters(remapring_pool_t *pool)
 {
-    uct_remapring_ring_t *ring, *tmp;
+    remapring_ring_t *ring, *tmp;
 
     ucs_list_for_each_safe(ring, tmp, &pool->waiters, list) {
-        uct_remapring_ring_credit(ring);
+        remapring_ring_credit(ring);
     }
 }
 
-ucs_status_t
-uct_remapring_ring_release(uct_remapring_pool_t *pool, const void *addr)
+ucs_status_t remapring_ring_release(remapring_pool_t *pool, const void *addr)
 {
-    uint32_t index = uct_remapring_pool_block_of(pool, addr);
-    uct_remapring_pool_unhold_t result;
+    uint32_t index = remapring_pool_block_of(pool, addr);
+    remapring_pool_unhold_t result;
 
-    result = (index == UCT_REMAPRING_POOL_BLOCK_NONE) ?
-                     UCT_REMAPRING_POOL_UNHOLD_NONE :
-                     uct_remapring_pool_block_unhold(
+    result = (index == REMAPRING_POOL_BLOCK_NONE) ?
+                     REMAPRING_POOL_UNHOLD_NONE :
+                     remapring_pool_block_unhold(
                              pool, index,
-                             UCS_PTR_BYTE_DIFF(uct_remapring_pool_block_addr(
-                                                       pool, index),
+                             UCS_PTR_BYTE_DIFF(remapring_pool_block_addr(pool,
+                                                                         index),
                                                addr));
     switch (result) {
-    case UCT_REMAPRING_POOL_UNHOLD_NONE:
+    case REMAPRING_POOL_UNHOLD_NONE:
         ucs_error("pool %p release of %p: not a held record", pool, addr);
         return UCS_ERR_INVALID_PARAM;
-    case UCT_REMAPRING_POOL_UNHOLD_HELD:
+    case REMAPRING_POOL_UNHOLD_HELD:
         return UCS_OK;
-    case UCT_REMAPRING_POOL_UNHOLD_ATTACHED:
+    case REMAPRING_POOL_UNHOLD_ATTACHED:
         if (!pool->blocks[index].owner->waiting) {
             /* Still under its slot, and the ring is not stuck on it: the
              * slot is reused in place when the head leaves it */
             return UCS_OK;
         }
         break;
-    case UCT_REMAPRING_POOL_UNHOLD_FREED:
+    case REMAPRING_POOL_UNHOLD_FREED:
         break;
     }
 
     /* A block became free, or a waiting ring's own block lost its holds */
-    uct_remapring_ring_wake_waiters(pool);
+    remapring_ring_wake_waiters(pool);
     return UCS_OK;
 }
 
 /* The writer answered the open reclaim: take back the slots at and past
  * its bound. Called with the ring empty */
-static void uct_remapring_ring_reclaimed(uct_remapring_ring_t *ring)
+static void remapring_ring_reclaimed(remapring_ring_t *ring)
 {
-    uct_remapring_ring_ctl_t *ctl = ring->ctl;
+    remapring_ring_ctl_t *ctl = ring->ctl;
     uint64_t bound, end;
     unsigned slot;
 
@@ -696,7 +689,7 @@ static void uct_remapring_ring_reclaimed(uct_remapring_ring_t *ring)
     bound              = __atomic_load_n(&ctl->bound, __ATOMIC_RELAXED);
     if ((bound < ring->reclaim_to) || (bound < ring->head) ||
         (bound > ring->limit) ||
-        ((ring->commit == UCT_REMAPRING_RING_COMMIT_TAIL) &&
+        ((ring->commit == REMAPRING_RING_COMMIT_TAIL) &&
          (bound < ring->tail))) {
         ucs_error("ring %s: bad reclaim answer: bound %lu, asked for %lu,"
                   " head %lu limit %lu", ring->name, bound, ring->reclaim_to,
@@ -711,26 +704,26 @@ static void uct_remapring_ring_reclaimed(uct_remapring_ring_t *ring)
      * for meanwhile), so that any record fits */
     end = ucs_max((bound + ring->block_size - 1) &
                           ~(uint64_t)(ring->block_size - 1),
-                  ring->credited + uct_remapring_ring_reclaim_grant(ring));
+                  ring->credited + remapring_ring_reclaim_grant(ring));
     while (ring->backed > end) {
         ring->backed -= ring->block_size;
-        slot          = uct_remapring_ring_slot(ring, ring->backed);
-        uct_remapring_pool_block_detach(ring->pool, ring->slots[slot]);
-        uct_remapring_ring_set_slot(ring, slot, UCT_REMAPRING_POOL_BLOCK_NONE);
+        slot = remapring_ring_slot(ring, ring->backed);
+        remapring_pool_block_detach(ring->pool, ring->slots[slot]);
+        remapring_ring_set_slot(ring, slot, REMAPRING_POOL_BLOCK_NONE);
         ring->stats.nreclaimed++;
     }
 
     /* the writer keeps below its bound until it loads a new limit: what is
      * backed now, at once */
     ring->limit = bound;
-    uct_remapring_ring_publish(ring);
-    uct_remapring_ring_wake_waiters(ring->pool);
+    remapring_ring_publish(ring);
+    remapring_ring_wake_waiters(ring->pool);
 }
 
-void uct_remapring_ring_flush_credits(uct_remapring_ring_t *ring)
+void remapring_ring_flush_credits(remapring_ring_t *ring)
 {
     if (ucs_unlikely(ring->reclaim_open)) {
-        uct_remapring_ring_reclaimed(ring);
+        remapring_ring_reclaimed(ring);
         if (ring->status != UCS_OK) {
             return;
         }
@@ -741,15 +734,15 @@ void uct_remapring_ring_flush_credits(uct_remapring_ring_t *ring)
     if ((ring->grant != ring->window_size) &&
         (__atomic_load_n(&ring->ctl->stalls, __ATOMIC_RELAXED) !=
          ring->seen_stalls)) {
-        uct_remapring_ring_credit(ring);
+        remapring_ring_credit(ring);
     }
 
     if (ring->backed != ring->limit) {
-        uct_remapring_ring_publish(ring);
+        remapring_ring_publish(ring);
     }
 }
 
-void uct_remapring_ring_idle(uct_remapring_ring_t *ring)
+void remapring_ring_idle(remapring_ring_t *ring)
 {
     uint64_t to;
 
@@ -758,7 +751,7 @@ void uct_remapring_ring_idle(uct_remapring_ring_t *ring)
         return;
     }
 
-    to = ring->credited + uct_remapring_ring_reclaim_grant(ring);
+    to = ring->credited + remapring_ring_reclaim_grant(ring);
     if ((ring->backed <= to) || (ring->limit != ring->backed) ||
         (ring->head >= to) || ring->waiting) {
         return; /* nothing to take back, or credit not all published */
@@ -768,48 +761,45 @@ void uct_remapring_ring_idle(uct_remapring_ring_t *ring)
     ring->reclaim_open = 1;
     ring->reclaim_to   = to;
     ring->stats.nreclaims++;
-    uct_remapring_ring_ctl_store_limit(ring->ctl, to);
+    remapring_ring_ctl_store_limit(ring->ctl, to);
     __atomic_store_n(&ring->ctl->reclaim, ++ring->reclaim_seq,
                      __ATOMIC_RELEASE);
 }
 
-void uct_remapring_ring_get_info(const uct_remapring_ring_t *ring,
-                                 uct_remapring_ring_info_t *info)
+void remapring_ring_get_info(const remapring_ring_t *ring,
+                             remapring_ring_info_t *info)
 {
     *info = ring->ctl->info;
 }
 
-void uct_remapring_ring_get_stats(const uct_remapring_ring_t *ring,
-                                  uct_remapring_ring_stats_t *stats)
+void remapring_ring_get_stats(const remapring_ring_t *ring,
+                              remapring_ring_stats_t *stats)
 {
     *stats = ring->stats;
 }
 
 
-ucs_status_t
-uct_remapring_ring_writer_init(uct_remapring_ring_writer_t *writer,
-                               const uct_remapring_ring_info_t *info,
-                               uct_remapring_wire_t *wire)
+ucs_status_t remapring_ring_writer_init(remapring_ring_writer_t *writer,
+                                        const remapring_ring_info_t *info,
+                                        remapring_wire_t *wire)
 {
     size_t window_size = (size_t)info->block_size * info->nslots;
 
-    uct_remapring_ring_layout_t layout = {
-        .reserve      = info->reserve,
-        .inline_max   = info->inline_max,
-        .align        = info->align,
-        .align_offset = info->align_offset,
-        .rec_align    = (info->rec_align == 0) ? UCT_REMAPRING_RING_ALIGN :
-                        info->rec_align
-    };
+    remapring_ring_layout_t layout = {.reserve      = info->reserve,
+                                      .inline_max   = info->inline_max,
+                                      .align        = info->align,
+                                      .align_offset = info->align_offset,
+                                      .rec_align    = (info->rec_align == 0) ?
+                                                              REMAPRING_RING_ALIGN :
+                                                              info->rec_align};
 
-    if ((info->magic != UCT_REMAPRING_RING_CTL_MAGIC) ||
-        !uct_remapring_ring_geometry_valid(info->block_size, info->nslots,
-                                           &layout) ||
-        ((info->reserve % UCT_REMAPRING_RING_PAYLOAD_ALIGN) != 0) ||
+    if ((info->magic != REMAPRING_RING_CTL_MAGIC) ||
+        !remapring_ring_geometry_valid(info->block_size, info->nslots,
+                                       &layout) ||
+        ((info->reserve % REMAPRING_RING_PAYLOAD_ALIGN) != 0) ||
         (window_size != wire->window_size) ||
-        ((info->commit != UCT_REMAPRING_RING_COMMIT_TAIL) &&
-         ((info->commit != UCT_REMAPRING_RING_COMMIT_STAMP) ||
-          !wire->can_stamp))) {
+        ((info->commit != REMAPRING_RING_COMMIT_TAIL) &&
+         ((info->commit != REMAPRING_RING_COMMIT_STAMP) || !wire->can_stamp))) {
         ucs_error("invalid ring info: magic 0x%lx block size %u nslots %u "
                   "reserve %u inline %u align %u offset %u commit %u, wire"
                   " window %zu%s", info->magic, info->block_size,
@@ -826,20 +816,19 @@ uct_remapring_ring_writer_init(uct_remapring_ring_writer_t *writer,
     writer->window_size    = window_size;
     writer->layout      = layout;
     writer->nonce       = info->nonce;
-    writer->commit      = (uct_remapring_ring_commit_t)info->commit;
-    writer->max_payload = uct_remapring_ring_max_payload(info->block_size,
-                                                         &layout);
+    writer->commit         = (remapring_ring_commit_t)info->commit;
+    writer->max_payload = remapring_ring_max_payload(info->block_size, &layout);
     /* the direct path stores straight into the reader's block, the stamp
      * last */
     writer->direct = (wire->direct.base != NULL) &&
-                     (writer->commit == UCT_REMAPRING_RING_COMMIT_STAMP);
-    writer->limit       = uct_remapring_wire_limit(wire);
+                     (writer->commit == REMAPRING_RING_COMMIT_STAMP);
+    writer->limit = remapring_wire_limit(wire);
     return UCS_OK;
 }
 
-int uct_remapring_ring_writer_yield(uct_remapring_ring_writer_t *writer)
+int remapring_ring_writer_yield(remapring_ring_writer_t *writer)
 {
-    uct_remapring_wire_t *wire = writer->wire;
+    remapring_wire_t *wire = writer->wire;
     uint64_t seq;
 
     if (wire->ops->reclaim == NULL) {
@@ -853,26 +842,26 @@ int uct_remapring_ring_writer_yield(uct_remapring_ring_writer_t *writer)
 
     /* the limit the reader lowered before it asked, or one it published
      * since (which cancelled the request) */
-    writer->limit   = ucs_max(uct_remapring_wire_limit(wire), writer->tail);
+    writer->limit   = ucs_max(remapring_wire_limit(wire), writer->tail);
     writer->yielded = seq;
     writer->stats.nyields++;
     wire->ops->yield(wire, seq, writer->limit);
     return 1;
 }
 
-uint64_t uct_remapring_wire_ctl_reclaim(uct_remapring_ring_ctl_t *ctl)
+uint64_t remapring_wire_ctl_reclaim(remapring_ring_ctl_t *ctl)
 {
     return __atomic_load_n(&ctl->reclaim, __ATOMIC_ACQUIRE);
 }
 
-void uct_remapring_wire_ctl_yield(uct_remapring_ring_ctl_t *ctl, uint64_t seq,
-                                  uint64_t bound)
+void remapring_wire_ctl_yield(remapring_ring_ctl_t *ctl, uint64_t seq,
+                              uint64_t bound)
 {
     __atomic_store_n(&ctl->bound, bound, __ATOMIC_RELAXED);
     __atomic_store_n(&ctl->yielded, seq, __ATOMIC_RELEASE);
 }
 
-void uct_remapring_wire_ctl_stalled(uct_remapring_ring_ctl_t *ctl)
+void remapring_wire_ctl_stalled(remapring_ring_ctl_t *ctl)
 {
     __atomic_store_n(&ctl->stalls,
                      __atomic_load_n(&ctl->stalls, __ATOMIC_RELAXED) + 1,
@@ -881,8 +870,8 @@ void uct_remapring_wire_ctl_stalled(uct_remapring_ring_ctl_t *ctl)
 
 /* A segment for @a length bytes of @a buffer at ring offset @a offset */
 static UCS_F_ALWAYS_INLINE void
-uct_remapring_ring_seg(uct_remapring_wire_seg_t *seg, uint64_t offset,
-                       const void *buffer, size_t length, int commit)
+remapring_ring_seg(remapring_wire_seg_t *seg, uint64_t offset,
+                   const void *buffer, size_t length, int commit)
 {
     seg->offset = offset;
     seg->buffer = buffer;
@@ -890,19 +879,18 @@ uct_remapring_ring_seg(uct_remapring_wire_seg_t *seg, uint64_t offset,
     seg->commit = commit;
 }
 
-ucs_status_t uct_remapring_ring_writer_send(uct_remapring_ring_writer_t *writer,
-                                            uint8_t am_id, uint8_t flags,
-                                            const struct iovec *iov,
-                                            size_t iovcnt)
+ucs_status_t remapring_ring_writer_send(remapring_ring_writer_t *writer,
+                                        uint8_t am_id, uint8_t flags,
+                                        const struct iovec *iov, size_t iovcnt)
 {
-    uct_remapring_wire_seg_t segs[UCT_REMAPRING_WIRE_MAX_SEGS];
-    uct_remapring_ring_hdr_t pad, hdr;
+    remapring_wire_seg_t segs[REMAPRING_WIRE_MAX_SEGS];
+    remapring_ring_hdr_t pad, hdr;
     uint64_t offset, size, room, pos;
     unsigned nsegs = 0;
     size_t i, length;
     ucs_status_t status;
 
-    if (ucs_unlikely(iovcnt > UCT_REMAPRING_RING_MAX_IOV)) {
+    if (ucs_unlikely(iovcnt > REMAPRING_RING_MAX_IOV)) {
         return UCS_ERR_EXCEEDS_LIMIT;
     }
 
@@ -914,41 +902,39 @@ ucs_status_t uct_remapring_ring_writer_send(uct_remapring_ring_writer_t *writer,
         return UCS_ERR_EXCEEDS_LIMIT;
     }
 
-    if (ucs_unlikely(!uct_remapring_ring_writer_can_send(writer, length))) {
+    if (ucs_unlikely(!remapring_ring_writer_can_send(writer, length))) {
         writer->stats.nno_resource++;
         return UCS_ERR_NO_RESOURCE;
     }
 
     offset = writer->tail;
-    size   = uct_remapring_ring_record_size(&writer->layout, offset, length);
+    size   = remapring_ring_record_size(&writer->layout, offset, length);
     room   = writer->block_size - (offset & (writer->block_size - 1));
 
     if (ucs_unlikely(size > room)) {
-        uct_remapring_ring_writer_hdr(writer, &pad, offset,
-                                      UCT_REMAPRING_RING_REC_PAD, room, 0, 0);
-        uct_remapring_ring_seg(&segs[nsegs++], offset, &pad, sizeof(pad), 1);
+        remapring_ring_writer_hdr(writer, &pad, offset, REMAPRING_RING_REC_PAD,
+                                  room, 0, 0);
+        remapring_ring_seg(&segs[nsegs++], offset, &pad, sizeof(pad), 1);
         offset += room;
-        size    = uct_remapring_ring_record_size(&writer->layout, offset,
-                                                 length);
+        size = remapring_ring_record_size(&writer->layout, offset, length);
         writer->stats.npads++;
     }
 
     /* the payload, then the header, whose stamp commits the record */
-    pos = uct_remapring_ring_payload_pos(&writer->layout, offset, length);
+    pos = remapring_ring_payload_pos(&writer->layout, offset, length);
     for (i = 0; i < iovcnt; ++i) {
         if (iov[i].iov_len != 0) {
-            uct_remapring_ring_seg(&segs[nsegs++], pos, iov[i].iov_base,
-                                   iov[i].iov_len, 0);
+            remapring_ring_seg(&segs[nsegs++], pos, iov[i].iov_base,
+                               iov[i].iov_len, 0);
             pos += iov[i].iov_len;
         }
     }
 
-    uct_remapring_ring_writer_hdr(writer, &hdr, offset,
-                                  UCT_REMAPRING_RING_REC_DATA, length, am_id,
-                                  flags);
-    uct_remapring_ring_seg(&segs[nsegs++], offset, &hdr, sizeof(hdr), 1);
+    remapring_ring_writer_hdr(writer, &hdr, offset, REMAPRING_RING_REC_DATA,
+                              length, am_id, flags);
+    remapring_ring_seg(&segs[nsegs++], offset, &hdr, sizeof(hdr), 1);
 
-    status = uct_remapring_wire_write(writer->wire, segs, nsegs);
+    status = remapring_wire_write(writer->wire, segs, nsegs);
     if (ucs_unlikely(status != UCS_OK)) {
         return status;
     }
@@ -956,8 +942,8 @@ ucs_status_t uct_remapring_ring_writer_send(uct_remapring_ring_writer_t *writer,
     /* The wire's write returned: the bytes are in the reader's memory. Only
      * now may the tail cover them */
     writer->tail = offset + size;
-    if (writer->commit == UCT_REMAPRING_RING_COMMIT_TAIL) {
-        uct_remapring_wire_publish_tail(writer->wire, writer->tail);
+    if (writer->commit == REMAPRING_RING_COMMIT_TAIL) {
+        remapring_wire_publish_tail(writer->wire, writer->tail);
     }
     writer->stats.nrecords++;
     return UCS_OK;

@@ -6,7 +6,7 @@
 #define _GNU_SOURCE
 #endif
 
-#include <uct/ib/remapring/ring_copy.h>
+#include <uct/ib/remapring/ring/ring_copy.h>
 
 #include <ucs/debug/log_def.h>
 #include <ucs/sys/math.h>
@@ -17,8 +17,8 @@
 #include <unistd.h>
 
 
-ucs_status_t uct_remapring_copy_init(uct_remapring_copies_t *copies,
-                                     const char *name, size_t max_bytes)
+ucs_status_t remapring_copy_init(remapring_copies_t *copies, const char *name,
+                                 size_t max_bytes)
 {
     size_t page_size = sysconf(_SC_PAGESIZE);
     size_t npages    = max_bytes / page_size;
@@ -27,25 +27,24 @@ ucs_status_t uct_remapring_copy_init(uct_remapring_copies_t *copies,
     memset(copies, 0, sizeof(*copies));
     copies->fd         = -1;
     copies->page_shift = __builtin_ctzl(page_size);
-    copies->empty      = UCT_REMAPRING_COPY_NONE;
-    copies->empty_tail = UCT_REMAPRING_COPY_NONE;
-    copies->clean      = UCT_REMAPRING_COPY_NONE;
-    for (n = 0; n <= UCT_REMAPRING_COPY_CLASSES; ++n) {
-        copies->open[n] = UCT_REMAPRING_COPY_NONE;
+    copies->empty      = REMAPRING_COPY_NONE;
+    copies->empty_tail = REMAPRING_COPY_NONE;
+    copies->clean      = REMAPRING_COPY_NONE;
+    for (n = 0; n <= REMAPRING_COPY_CLASSES; ++n) {
+        copies->open[n] = REMAPRING_COPY_NONE;
     }
 
-    if ((npages == 0) || (npages >= UCT_REMAPRING_COPY_NONE) ||
-        (page_size / UCT_REMAPRING_COPY_ALIGN > UCT_REMAPRING_COPY_CLASSES)) {
+    if ((npages == 0) || (npages >= REMAPRING_COPY_NONE) ||
+        (page_size / REMAPRING_COPY_ALIGN > REMAPRING_COPY_CLASSES)) {
         return UCS_OK; /* none: every get finds no element */
     }
 
     /* the class of each size: as many to a page as fit; and their sizes */
-    for (n = 1; n <= UCT_REMAPRING_COPY_CLASSES; ++n) {
-        copies->class_of[n]  = ucs_min(page_size /
-                                               (n * UCT_REMAPRING_COPY_ALIGN),
-                                       UCT_REMAPRING_COPY_CLASSES);
+    for (n = 1; n <= REMAPRING_COPY_CLASSES; ++n) {
+        copies->class_of[n]  = ucs_min(page_size / (n * REMAPRING_COPY_ALIGN),
+                                       REMAPRING_COPY_CLASSES);
         copies->elem_size[n] = (page_size / n) &
-                               ~(size_t)(UCT_REMAPRING_COPY_ALIGN - 1);
+                               ~(size_t)(REMAPRING_COPY_ALIGN - 1);
         /* exact for offsets in a page: the error, below the size, times
          * an offset stays below 2^32 */
         copies->elem_recip[n] = (uint32_t)((UINT64_C(1) << 32) /
@@ -93,7 +92,7 @@ err_close:
     return UCS_ERR_NO_MEMORY;
 }
 
-void uct_remapring_copy_cleanup(uct_remapring_copies_t *copies)
+void remapring_copy_cleanup(remapring_copies_t *copies)
 {
     if (copies->base == NULL) {
         return;
@@ -110,61 +109,59 @@ void uct_remapring_copy_cleanup(uct_remapring_copies_t *copies)
 }
 
 static inline char *
-uct_remapring_copy_page_addr(const uct_remapring_copies_t *copies,
-                             uint32_t index)
+remapring_copy_page_addr(const remapring_copies_t *copies, uint32_t index)
 {
     return copies->base + ((size_t)index << copies->page_shift);
 }
 
 /* Page @a index of class @a n gets a free element: onto the head of its
  * class's open list */
-static void uct_remapring_copy_open_push(uct_remapring_copies_t *copies,
-                                         uint32_t index, unsigned n)
+static void
+remapring_copy_open_push(remapring_copies_t *copies, uint32_t index, unsigned n)
 {
-    uct_remapring_copy_page_t *page = &copies->pages[index];
+    remapring_copy_page_t *page = &copies->pages[index];
 
-    page->prev = UCT_REMAPRING_COPY_NONE;
+    page->prev = REMAPRING_COPY_NONE;
     page->next = copies->open[n];
-    if (page->next != UCT_REMAPRING_COPY_NONE) {
+    if (page->next != REMAPRING_COPY_NONE) {
         copies->pages[page->next].prev = index;
     }
     copies->open[n] = index;
 }
 
-static void uct_remapring_copy_open_del(uct_remapring_copies_t *copies,
-                                        uint32_t index, unsigned n)
+static void
+remapring_copy_open_del(remapring_copies_t *copies, uint32_t index, unsigned n)
 {
-    uct_remapring_copy_page_t *page = &copies->pages[index];
+    remapring_copy_page_t *page = &copies->pages[index];
 
-    if (page->prev == UCT_REMAPRING_COPY_NONE) {
+    if (page->prev == REMAPRING_COPY_NONE) {
         copies->open[n] = page->next;
     } else {
         copies->pages[page->prev].next = page->next;
     }
-    if (page->next != UCT_REMAPRING_COPY_NONE) {
+    if (page->next != REMAPRING_COPY_NONE) {
         copies->pages[page->next].prev = page->prev;
     }
 }
 
 /* A page for class @a n: an empty resident one, the latest first; else one
  * given back; else a new one. NONE if max_bytes are in use. */
-static uint32_t
-uct_remapring_copy_page_new(uct_remapring_copies_t *copies, unsigned n)
+static uint32_t remapring_copy_page_new(remapring_copies_t *copies, unsigned n)
 {
-    uct_remapring_copy_page_t *page;
+    remapring_copy_page_t *page;
     uint32_t index;
 
-    if (copies->empty != UCT_REMAPRING_COPY_NONE) {
+    if (copies->empty != REMAPRING_COPY_NONE) {
         index         = copies->empty;
         copies->empty = copies->pages[index].next;
-        if (copies->empty == UCT_REMAPRING_COPY_NONE) {
-            copies->empty_tail = UCT_REMAPRING_COPY_NONE;
+        if (copies->empty == REMAPRING_COPY_NONE) {
+            copies->empty_tail = REMAPRING_COPY_NONE;
         } else {
-            copies->pages[copies->empty].prev = UCT_REMAPRING_COPY_NONE;
+            copies->pages[copies->empty].prev = REMAPRING_COPY_NONE;
         }
         --copies->nempty;
         copies->nempty_low = ucs_min(copies->nempty_low, copies->nempty);
-    } else if (copies->clean != UCT_REMAPRING_COPY_NONE) {
+    } else if (copies->clean != REMAPRING_COPY_NONE) {
         index         = copies->clean;
         copies->clean = copies->pages[index].next;
         ++copies->resident_pages;
@@ -173,7 +170,7 @@ uct_remapring_copy_page_new(uct_remapring_copies_t *copies, unsigned n)
         index = copies->npages++;
         ++copies->resident_pages;
     } else {
-        return UCT_REMAPRING_COPY_NONE;
+        return REMAPRING_COPY_NONE;
     }
 
     page         = &copies->pages[index];
@@ -181,29 +178,28 @@ uct_remapring_copy_page_new(uct_remapring_copies_t *copies, unsigned n)
     page->nfree  = n;
     page->bump   = 0;
     page->free   = 0;
-    uct_remapring_copy_open_push(copies, index, n);
+    remapring_copy_open_push(copies, index, n);
     return index;
 }
 
 /* An element of class @a n (not 0), or NULL */
-static void *
-uct_remapring_copy_get_class(uct_remapring_copies_t *copies, unsigned n)
+static void *remapring_copy_get_class(remapring_copies_t *copies, unsigned n)
 {
-    uct_remapring_copy_page_t *page;
+    remapring_copy_page_t *page;
     uint32_t index;
     unsigned elem;
     char *addr;
 
     index = copies->open[n];
-    if (ucs_unlikely(index == UCT_REMAPRING_COPY_NONE)) {
-        index = uct_remapring_copy_page_new(copies, n);
-        if (index == UCT_REMAPRING_COPY_NONE) {
+    if (ucs_unlikely(index == REMAPRING_COPY_NONE)) {
+        index = remapring_copy_page_new(copies, n);
+        if (index == REMAPRING_COPY_NONE) {
             return NULL;
         }
     }
 
     page = &copies->pages[index];
-    addr = uct_remapring_copy_page_addr(copies, index);
+    addr = remapring_copy_page_addr(copies, index);
     if (page->free != 0) {
         elem       = page->free - 1;
         page->free = *(uint16_t *)(addr + elem * copies->elem_size[n]);
@@ -212,45 +208,45 @@ uct_remapring_copy_get_class(uct_remapring_copies_t *copies, unsigned n)
     }
 
     if (--page->nfree == 0) {
-        uct_remapring_copy_open_del(copies, index, n);
+        remapring_copy_open_del(copies, index, n);
     }
     ++copies->nelems_used;
     return addr + elem * copies->elem_size[n];
 }
 
-void *uct_remapring_copy_get(uct_remapring_copies_t *copies, size_t size)
+void *remapring_copy_get(remapring_copies_t *copies, size_t size)
 {
-    unsigned n = uct_remapring_copy_class(copies, size);
+    unsigned n = remapring_copy_class(copies, size);
 
     if ((n == 0) || (copies->base == NULL)) {
         return NULL;
     }
 
-    return uct_remapring_copy_get_class(copies, n);
+    return remapring_copy_get_class(copies, n);
 }
 
-void *uct_remapring_copy_spare_get(uct_remapring_copies_t *copies, unsigned n)
+void *remapring_copy_spare_get(remapring_copies_t *copies, unsigned n)
 {
     if (copies->base == NULL) {
         return NULL;
     }
 
-    copies->spare[n] = uct_remapring_copy_get_class(copies, n);
+    copies->spare[n] = remapring_copy_get_class(copies, n);
     return copies->spare[n];
 }
 
 /* Empty page @a index leaves the open list of class @a n: to the head of the
  * empty list, reused first while warm */
-static void uct_remapring_copy_empty_push(uct_remapring_copies_t *copies,
-                                          uint32_t index, unsigned n)
+static void remapring_copy_empty_push(remapring_copies_t *copies,
+                                      uint32_t index, unsigned n)
 {
-    uct_remapring_copy_page_t *page = &copies->pages[index];
+    remapring_copy_page_t *page = &copies->pages[index];
 
-    uct_remapring_copy_open_del(copies, index, n);
+    remapring_copy_open_del(copies, index, n);
     page->nelems = 0;
-    page->prev   = UCT_REMAPRING_COPY_NONE;
+    page->prev   = REMAPRING_COPY_NONE;
     page->next   = copies->empty;
-    if (copies->empty == UCT_REMAPRING_COPY_NONE) {
+    if (copies->empty == REMAPRING_COPY_NONE) {
         copies->empty_tail = index;
     } else {
         copies->pages[copies->empty].prev = index;
@@ -259,11 +255,11 @@ static void uct_remapring_copy_empty_push(uct_remapring_copies_t *copies,
     ++copies->nempty;
 }
 
-void uct_remapring_copy_put(uct_remapring_copies_t *copies, void *addr)
+void remapring_copy_put(remapring_copies_t *copies, void *addr)
 {
     size_t offset = (char *)addr - copies->base;
     uint32_t index;
-    uct_remapring_copy_page_t *page;
+    remapring_copy_page_t *page;
     size_t elem_size;
     unsigned n, elem;
 
@@ -283,26 +279,26 @@ void uct_remapring_copy_put(uct_remapring_copies_t *copies, void *addr)
             (uint64_t)copies->elem_recip[n]) >>
            32;
 
-    *(uint16_t *)(uct_remapring_copy_page_addr(copies, index) +
+    *(uint16_t *)(remapring_copy_page_addr(copies, index) +
                   elem * elem_size) = page->free;
     page->free                      = elem + 1;
     --copies->nelems_used;
     if (page->nfree++ == 0) {
-        uct_remapring_copy_open_push(copies, index, n);
+        remapring_copy_open_push(copies, index, n);
     }
-    if ((page->nfree < n) || ((copies->open[n] == index) &&
-                              (page->next == UCT_REMAPRING_COPY_NONE))) {
+    if ((page->nfree < n) ||
+        ((copies->open[n] == index) && (page->next == REMAPRING_COPY_NONE))) {
         return; /* in use, or its class's last open page */
     }
 
-    uct_remapring_copy_empty_push(copies, index, n);
+    remapring_copy_empty_push(copies, index, n);
     return;
 
 err:
     ucs_error("copies %p: %p is not a copy in use", copies, addr);
 }
 
-void uct_remapring_copy_trim(uct_remapring_copies_t *copies)
+void remapring_copy_trim(remapring_copies_t *copies)
 {
     uint32_t index, release;
     unsigned n;
@@ -312,27 +308,27 @@ void uct_remapring_copy_trim(uct_remapring_copies_t *copies)
     }
 
     /* spares back, and the pages of classes that emptied */
-    for (n = 1; n <= UCT_REMAPRING_COPY_CLASSES; ++n) {
+    for (n = 1; n <= REMAPRING_COPY_CLASSES; ++n) {
         if (copies->spare[n] != NULL) {
-            uct_remapring_copy_put(copies, copies->spare[n]);
+            remapring_copy_put(copies, copies->spare[n]);
             copies->spare[n] = NULL;
         }
         index = copies->open[n];
-        if ((index != UCT_REMAPRING_COPY_NONE) &&
+        if ((index != REMAPRING_COPY_NONE) &&
             (copies->pages[index].nfree == copies->pages[index].nelems)) {
-            uct_remapring_copy_empty_push(copies, index, n);
+            remapring_copy_empty_push(copies, index, n);
         }
     }
 
     /* those not needed since the last trim, past a few */
-    release = (copies->nempty_low > UCT_REMAPRING_COPY_KEEP) ?
-                      (copies->nempty_low - UCT_REMAPRING_COPY_KEEP) :
+    release = (copies->nempty_low > REMAPRING_COPY_KEEP) ?
+                      (copies->nempty_low - REMAPRING_COPY_KEEP) :
                       0;
     for (; release > 0; --release) {
         /* the one empty longest */
         index                                  = copies->empty_tail;
         copies->empty_tail                     = copies->pages[index].prev;
-        copies->pages[copies->empty_tail].next = UCT_REMAPRING_COPY_NONE;
+        copies->pages[copies->empty_tail].next = REMAPRING_COPY_NONE;
         --copies->nempty;
 
         /* failure only costs memory: the page stays resident */

@@ -6,7 +6,7 @@
 #define _GNU_SOURCE
 #endif
 
-#include <uct/ib/remapring/ring_fold.h>
+#include <uct/ib/remapring/ring/ring_fold.h>
 
 #include <ucs/arch/atomic.h>
 #include <ucs/debug/log_def.h>
@@ -24,13 +24,13 @@
  * how many: each is a mapping of its own, and the map count limit
  * (vm.max_map_count) is the whole process's. Each pool is serialised by
  * its receiver, but not with the others: atomics. */
-static volatile uint64_t uct_remapring_fold_total = 0;
-static uint64_t uct_remapring_fold_total_max      = 0;
+static volatile uint64_t remapring_fold_total = 0;
+static uint64_t remapring_fold_total_max      = 0;
 
 
 /* A quarter of vm.max_map_count: a folded page splits the mapping it lands
  * in, two more mappings at most */
-static uint64_t uct_remapring_fold_process_max(void)
+static uint64_t remapring_fold_process_max(void)
 {
     unsigned long max_map_count = 65530; /* the kernel's default */
     uint64_t max;
@@ -38,7 +38,7 @@ static uint64_t uct_remapring_fold_process_max(void)
 
     /* pools of other threads may read it first at the same time: each
      * finds the same value */
-    max = __atomic_load_n(&uct_remapring_fold_total_max, __ATOMIC_RELAXED);
+    max = __atomic_load_n(&remapring_fold_total_max, __ATOMIC_RELAXED);
     if (max == 0) {
         file = fopen("/proc/sys/vm/max_map_count", "r");
         if (file != NULL) {
@@ -48,23 +48,22 @@ static uint64_t uct_remapring_fold_process_max(void)
             fclose(file);
         }
         max = ucs_max(max_map_count / 4, 1);
-        __atomic_store_n(&uct_remapring_fold_total_max, max, __ATOMIC_RELAXED);
+        __atomic_store_n(&remapring_fold_total_max, max, __ATOMIC_RELAXED);
     }
 
     return max;
 }
 
-static void
-uct_remapring_fold_list_del(uct_remapring_fold_t *fold, uint32_t index)
+static void remapring_fold_list_del(remapring_fold_t *fold, uint32_t index)
 {
-    uct_remapring_fold_page_t *page = &fold->pages[index];
+    remapring_fold_page_t *page = &fold->pages[index];
 
-    if (page->prev == UCT_REMAPRING_FOLD_NONE) {
+    if (page->prev == REMAPRING_FOLD_NONE) {
         fold->heads[page->list] = page->next;
     } else {
         fold->pages[page->prev].next = page->next;
     }
-    if (page->next == UCT_REMAPRING_FOLD_NONE) {
+    if (page->next == REMAPRING_FOLD_NONE) {
         fold->tails[page->list] = page->prev;
     } else {
         fold->pages[page->next].prev = page->prev;
@@ -72,15 +71,15 @@ uct_remapring_fold_list_del(uct_remapring_fold_t *fold, uint32_t index)
     --fold->counts[page->list];
 }
 
-static void uct_remapring_fold_list_push(uct_remapring_fold_t *fold,
-                                         uint32_t index, uint32_t list)
+static void
+remapring_fold_list_push(remapring_fold_t *fold, uint32_t index, uint32_t list)
 {
-    uct_remapring_fold_page_t *page = &fold->pages[index];
+    remapring_fold_page_t *page = &fold->pages[index];
 
     page->list = list;
-    page->prev = UCT_REMAPRING_FOLD_NONE;
+    page->prev = REMAPRING_FOLD_NONE;
     page->next = fold->heads[list];
-    if (page->next == UCT_REMAPRING_FOLD_NONE) {
+    if (page->next == REMAPRING_FOLD_NONE) {
         fold->tails[list] = index;
     } else {
         fold->pages[page->next].prev = index;
@@ -90,16 +89,16 @@ static void uct_remapring_fold_list_push(uct_remapring_fold_t *fold,
 }
 
 /* Move fold page @a index to the head of @a list */
-static void uct_remapring_fold_list_move(uct_remapring_fold_t *fold,
-                                         uint32_t index, uint32_t list)
+static void
+remapring_fold_list_move(remapring_fold_t *fold, uint32_t index, uint32_t list)
 {
-    uct_remapring_fold_list_del(fold, index);
-    uct_remapring_fold_list_push(fold, index, list);
+    remapring_fold_list_del(fold, index);
+    remapring_fold_list_push(fold, index, list);
 }
 
-ucs_status_t uct_remapring_fold_init(uct_remapring_fold_t *fold,
-                                     const char *name, unsigned page_shift,
-                                     uint64_t ncpu_pages, uint32_t max_pages)
+ucs_status_t remapring_fold_init(remapring_fold_t *fold, const char *name,
+                                 unsigned page_shift, uint64_t ncpu_pages,
+                                 uint32_t max_pages)
 {
     size_t page_size = 1ul << page_shift;
     unsigned list;
@@ -111,9 +110,9 @@ ucs_status_t uct_remapring_fold_init(uct_remapring_fold_t *fold,
     fold->page_shift = page_shift;
     fold->unit_shift = page_shift - 6; /* 64 units */
     fold->max_pages  = (page_shift < 6) ? 0 : max_pages;
-    for (list = 0; list < UCT_REMAPRING_FOLD_LIST_LAST; ++list) {
-        fold->heads[list] = UCT_REMAPRING_FOLD_NONE;
-        fold->tails[list] = UCT_REMAPRING_FOLD_NONE;
+    for (list = 0; list < REMAPRING_FOLD_LIST_LAST; ++list) {
+        fold->heads[list] = REMAPRING_FOLD_NONE;
+        fold->tails[list] = REMAPRING_FOLD_NONE;
     }
 
     if (fold->max_pages == 0) {
@@ -148,14 +147,14 @@ ucs_status_t uct_remapring_fold_init(uct_remapring_fold_t *fold,
     fold->snap  = (uint64_t *)meta;
     fold->back  = (uint64_t *)(meta + page_size);
     fold->vmask = (uint64_t *)(meta + 2 * page_size);
-    fold->pages = (uct_remapring_fold_page_t *)(fold->vmask + ncpu_pages);
+    fold->pages = (remapring_fold_page_t *)(fold->vmask + ncpu_pages);
     fold->of    = (uint32_t *)(fold->pages + fold->max_pages);
     return UCS_OK;
 }
 
-void uct_remapring_fold_cleanup(uct_remapring_fold_t *fold)
+void remapring_fold_cleanup(remapring_fold_t *fold)
 {
-    ucs_atomic_sub64(&uct_remapring_fold_total, fold->nfolded);
+    ucs_atomic_sub64(&remapring_fold_total, fold->nfolded);
     if (fold->fd >= 0) {
         close(fold->fd);
     }
@@ -167,7 +166,7 @@ void uct_remapring_fold_cleanup(uct_remapring_fold_t *fold)
 }
 
 /* Make more fold pages */
-static ucs_status_t uct_remapring_fold_grow(uct_remapring_fold_t *fold)
+static ucs_status_t remapring_fold_grow(remapring_fold_t *fold)
 {
     unsigned count, i;
 
@@ -175,7 +174,7 @@ static ucs_status_t uct_remapring_fold_grow(uct_remapring_fold_t *fold)
         return UCS_ERR_NO_RESOURCE;
     }
 
-    count = ucs_min(UCT_REMAPRING_FOLD_GROW, fold->max_pages - fold->npages);
+    count = ucs_min(REMAPRING_FOLD_GROW, fold->max_pages - fold->npages);
 
     /* no mapping of its own: written with pwrite(), read through the CPU
      * views mapped onto it */
@@ -188,8 +187,8 @@ static ucs_status_t uct_remapring_fold_grow(uct_remapring_fold_t *fold)
     for (i = count; i > 0; --i) {
         fold->pages[fold->npages + i - 1].mask  = 0;
         fold->pages[fold->npages + i - 1].nrefs = 0;
-        uct_remapring_fold_list_push(fold, fold->npages + i - 1,
-                                     UCT_REMAPRING_FOLD_LIST_CLEAN);
+        remapring_fold_list_push(fold, fold->npages + i - 1,
+                                 REMAPRING_FOLD_LIST_CLEAN);
     }
     fold->npages += count;
     return UCS_OK;
@@ -197,15 +196,14 @@ static ucs_status_t uct_remapring_fold_grow(uct_remapring_fold_t *fold)
 
 /* A fold page where @a mask fits: of the recently used open ones, the one
  * it leaves with the fewest free units; else a free one, resident first */
-static uint32_t
-uct_remapring_fold_find(uct_remapring_fold_t *fold, uint64_t mask)
+static uint32_t remapring_fold_find(remapring_fold_t *fold, uint64_t mask)
 {
-    uint32_t index = fold->heads[UCT_REMAPRING_FOLD_LIST_OPEN];
-    uint32_t best  = UCT_REMAPRING_FOLD_NONE;
-    unsigned tried, left, best_left = UCT_REMAPRING_FOLD_UNITS;
+    uint32_t index = fold->heads[REMAPRING_FOLD_LIST_OPEN];
+    uint32_t best  = REMAPRING_FOLD_NONE;
+    unsigned tried, left, best_left = REMAPRING_FOLD_UNITS;
 
-    for (tried = 0; (index != UCT_REMAPRING_FOLD_NONE) &&
-                    (tried < UCT_REMAPRING_FOLD_SCAN);
+    for (tried = 0;
+         (index != REMAPRING_FOLD_NONE) && (tried < REMAPRING_FOLD_SCAN);
          ++tried, index = fold->pages[index].next) {
         if ((fold->pages[index].mask & mask) != 0) {
             continue;
@@ -221,35 +219,34 @@ uct_remapring_fold_find(uct_remapring_fold_t *fold, uint64_t mask)
         }
     }
 
-    if (best != UCT_REMAPRING_FOLD_NONE) {
+    if (best != REMAPRING_FOLD_NONE) {
         return best;
     }
 
-    if (fold->heads[UCT_REMAPRING_FOLD_LIST_FREE] != UCT_REMAPRING_FOLD_NONE) {
-        return fold->heads[UCT_REMAPRING_FOLD_LIST_FREE];
+    if (fold->heads[REMAPRING_FOLD_LIST_FREE] != REMAPRING_FOLD_NONE) {
+        return fold->heads[REMAPRING_FOLD_LIST_FREE];
     }
 
-    if ((fold->heads[UCT_REMAPRING_FOLD_LIST_CLEAN] ==
-         UCT_REMAPRING_FOLD_NONE) &&
-        (uct_remapring_fold_grow(fold) != UCS_OK)) {
-        return UCT_REMAPRING_FOLD_NONE;
+    if ((fold->heads[REMAPRING_FOLD_LIST_CLEAN] == REMAPRING_FOLD_NONE) &&
+        (remapring_fold_grow(fold) != UCS_OK)) {
+        return REMAPRING_FOLD_NONE;
     }
 
-    return fold->heads[UCT_REMAPRING_FOLD_LIST_CLEAN];
+    return fold->heads[REMAPRING_FOLD_LIST_CLEAN];
 }
 
 /* The first run of set bits of *@a mask_p: its first unit and how many;
  * the run is cleared from the mask */
-static unsigned uct_remapring_fold_next_run(uint64_t *mask_p, unsigned *count_p)
+static unsigned remapring_fold_next_run(uint64_t *mask_p, unsigned *count_p)
 {
     uint64_t mask  = *mask_p;
     unsigned first = __builtin_ctzll(mask);
     uint64_t rest  = mask >> first;
     unsigned count = (rest == (UINT64_MAX >> first)) ?
-                             (UCT_REMAPRING_FOLD_UNITS - first) :
+                             (REMAPRING_FOLD_UNITS - first) :
                              (unsigned)__builtin_ctzll(~rest);
 
-    *mask_p  = (count == UCT_REMAPRING_FOLD_UNITS) ?
+    *mask_p  = (count == REMAPRING_FOLD_UNITS) ?
                        0 :
                        (mask & ~(((UINT64_C(1) << count) - 1) << first));
     *count_p = count;
@@ -259,9 +256,9 @@ static unsigned uct_remapring_fold_next_run(uint64_t *mask_p, unsigned *count_p)
 /* Word @a word of the fold page changed on the old page since the copy (a
  * store raced with the fold): carry the changed bytes over, except those
  * stored into the fold page since the remap */
-static void uct_remapring_fold_merge_word(uct_remapring_fold_t *fold,
-                                          volatile uint64_t *word,
-                                          uint64_t snap, uint64_t back)
+static void remapring_fold_merge_word(remapring_fold_t *fold,
+                                      volatile uint64_t *word, uint64_t snap,
+                                      uint64_t back)
 {
     uint64_t current, want, byte;
     unsigned i;
@@ -284,26 +281,25 @@ static void uct_remapring_fold_merge_word(uct_remapring_fold_t *fold,
 }
 
 /* Fold page @a index now also carries CPU-view page @a cpu_page */
-static void uct_remapring_fold_claim(uct_remapring_fold_t *fold, uint32_t index,
-                                     uint64_t cpu_page, uint64_t mask)
+static void remapring_fold_claim(remapring_fold_t *fold, uint32_t index,
+                                 uint64_t cpu_page, uint64_t mask)
 {
-    uct_remapring_fold_page_t *page = &fold->pages[index];
+    remapring_fold_page_t *page = &fold->pages[index];
 
     page->mask |= mask;
     page->nrefs++;
-    uct_remapring_fold_list_move(fold, index,
-                                 (page->mask == UINT64_MAX) ?
-                                         UCT_REMAPRING_FOLD_LIST_FULL :
-                                         UCT_REMAPRING_FOLD_LIST_OPEN);
+    remapring_fold_list_move(fold, index,
+                             (page->mask == UINT64_MAX) ?
+                                     REMAPRING_FOLD_LIST_FULL :
+                                     REMAPRING_FOLD_LIST_OPEN);
     fold->of[cpu_page]    = index + 1;
     fold->vmask[cpu_page] = mask;
     fold->nfolded++;
     fold->nfolds++;
 }
 
-int uct_remapring_fold_page(uct_remapring_fold_t *fold, uint64_t cpu_page,
-                            void *addr, uint64_t mask, int pool_fd,
-                            off_t pool_offset)
+int remapring_fold_page(remapring_fold_t *fold, uint64_t cpu_page, void *addr,
+                        uint64_t mask, int pool_fd, off_t pool_offset)
 {
     size_t page_size    = 1ul << fold->page_shift;
     unsigned unit_words = (1u << fold->unit_shift) / sizeof(uint64_t);
@@ -319,14 +315,14 @@ int uct_remapring_fold_page(uct_remapring_fold_t *fold, uint64_t cpu_page,
         return 0; /* nothing to gain, the limit, or folded already */
     }
 
-    if (ucs_atomic_fadd64(&uct_remapring_fold_total, 1) >=
-        uct_remapring_fold_process_max()) {
-        ucs_atomic_sub64(&uct_remapring_fold_total, 1);
+    if (ucs_atomic_fadd64(&remapring_fold_total, 1) >=
+        remapring_fold_process_max()) {
+        ucs_atomic_sub64(&remapring_fold_total, 1);
         return 0;
     }
 
-    index = uct_remapring_fold_find(fold, mask);
-    if (index == UCT_REMAPRING_FOLD_NONE) {
+    index = remapring_fold_find(fold, mask);
+    if (index == REMAPRING_FOLD_NONE) {
         goto err_total;
     }
 
@@ -334,7 +330,7 @@ int uct_remapring_fold_page(uct_remapring_fold_t *fold, uint64_t cpu_page,
      * the other units of the fold page are other pages' */
     fold_offset = (off_t)index << fold->page_shift;
     for (runs = mask; runs != 0;) {
-        first  = uct_remapring_fold_next_run(&runs, &count);
+        first  = remapring_fold_next_run(&runs, &count);
         length = (size_t)count << fold->unit_shift;
         memcpy(fold->snap + first * unit_words,
                UCS_PTR_BYTE_OFFSET(addr, (size_t)first << fold->unit_shift),
@@ -367,19 +363,18 @@ int uct_remapring_fold_page(uct_remapring_fold_t *fold, uint64_t cpu_page,
         }
         /* the copy stays: only a racing store could be missing from it */
         ucs_error("fold: failed to map the page at %p back: %m", addr);
-        uct_remapring_fold_claim(fold, index, cpu_page, mask);
+        remapring_fold_claim(fold, index, cpu_page, mask);
         return 1;
     }
 
     for (runs = mask; runs != 0;) {
-        first = uct_remapring_fold_next_run(&runs, &count);
+        first = remapring_fold_next_run(&runs, &count);
         end   = (first + count) * unit_words;
         for (word = first * unit_words; word < end; ++word) {
             if (ucs_unlikely(fold->back[word] != fold->snap[word])) {
-                uct_remapring_fold_merge_word(fold,
-                                              (volatile uint64_t *)addr + word,
-                                              fold->snap[word],
-                                              fold->back[word]);
+                remapring_fold_merge_word(fold,
+                                          (volatile uint64_t *)addr + word,
+                                          fold->snap[word], fold->back[word]);
             }
         }
     }
@@ -394,20 +389,20 @@ int uct_remapring_fold_page(uct_remapring_fold_t *fold, uint64_t cpu_page,
                              __builtin_ctzll(mask) * unit_words,
                      0);
 
-    uct_remapring_fold_claim(fold, index, cpu_page, mask);
+    remapring_fold_claim(fold, index, cpu_page, mask);
     return 1;
 
 err_total:
-    ucs_atomic_sub64(&uct_remapring_fold_total, 1);
+    ucs_atomic_sub64(&remapring_fold_total, 1);
     return 0;
 }
 
-void uct_remapring_fold_unpage(uct_remapring_fold_t *fold, uint64_t cpu_page)
+void remapring_fold_unpage(remapring_fold_t *fold, uint64_t cpu_page)
 {
-    uct_remapring_fold_page_t *page;
+    remapring_fold_page_t *page;
     uint32_t index;
 
-    if (!uct_remapring_fold_is_folded(fold, cpu_page)) {
+    if (!remapring_fold_is_folded(fold, cpu_page)) {
         return;
     }
 
@@ -415,26 +410,24 @@ void uct_remapring_fold_unpage(uct_remapring_fold_t *fold, uint64_t cpu_page)
     page  = &fold->pages[index];
     page->mask &= ~fold->vmask[cpu_page];
     page->nrefs--;
-    fold->of[cpu_page]    = UCT_REMAPRING_FOLD_MAPPED;
+    fold->of[cpu_page]    = REMAPRING_FOLD_MAPPED;
     fold->vmask[cpu_page] = 0;
     fold->nfolded--;
-    ucs_atomic_sub64(&uct_remapring_fold_total, 1);
+    ucs_atomic_sub64(&remapring_fold_total, 1);
 
     /* at the head of its list: reused first while its lines are warm */
-    uct_remapring_fold_list_move(fold, index,
-                                 (page->nrefs == 0) ?
-                                         UCT_REMAPRING_FOLD_LIST_FREE :
-                                         UCT_REMAPRING_FOLD_LIST_OPEN);
+    remapring_fold_list_move(fold, index,
+                             (page->nrefs == 0) ? REMAPRING_FOLD_LIST_FREE :
+                                                  REMAPRING_FOLD_LIST_OPEN);
 }
 
-void uct_remapring_fold_shrink(uct_remapring_fold_t *fold, uint64_t cpu_page,
-                               uint64_t mask)
+void remapring_fold_shrink(remapring_fold_t *fold, uint64_t cpu_page,
+                           uint64_t mask)
 {
-    uct_remapring_fold_page_t *page;
+    remapring_fold_page_t *page;
     uint32_t index;
 
-    if (!uct_remapring_fold_is_folded(fold, cpu_page) ||
-        (fold->unit_shift > 6)) {
+    if (!remapring_fold_is_folded(fold, cpu_page) || (fold->unit_shift > 6)) {
         return;
     }
 
@@ -443,41 +436,38 @@ void uct_remapring_fold_shrink(uct_remapring_fold_t *fold, uint64_t cpu_page,
     mask &= fold->vmask[cpu_page];
     fold->vmask[cpu_page] &= ~mask;
     page->mask &= ~mask;
-    uct_remapring_fold_list_move(fold, index, UCT_REMAPRING_FOLD_LIST_OPEN);
+    remapring_fold_list_move(fold, index, REMAPRING_FOLD_LIST_OPEN);
 }
 
-void uct_remapring_fold_trim(uct_remapring_fold_t *fold)
+void remapring_fold_trim(remapring_fold_t *fold)
 {
     uint32_t index;
 
-    while (fold->counts[UCT_REMAPRING_FOLD_LIST_FREE] >
-           UCT_REMAPRING_FOLD_KEEP) {
-        index = fold->tails[UCT_REMAPRING_FOLD_LIST_FREE];
+    while (fold->counts[REMAPRING_FOLD_LIST_FREE] > REMAPRING_FOLD_KEEP) {
+        index = fold->tails[REMAPRING_FOLD_LIST_FREE];
         /* failure only costs memory: the page stays as it is */
         if (fallocate(fold->fd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE,
                       (off_t)index << fold->page_shift,
                       1l << fold->page_shift) != 0) {
             ucs_debug("fold: punching page %u failed: %m", index);
         }
-        uct_remapring_fold_list_move(fold, index,
-                                     UCT_REMAPRING_FOLD_LIST_CLEAN);
+        remapring_fold_list_move(fold, index, REMAPRING_FOLD_LIST_CLEAN);
     }
 }
 
-void uct_remapring_fold_release(uct_remapring_fold_t *fold, uint64_t cpu_page,
-                                unsigned count)
+void remapring_fold_release(remapring_fold_t *fold, uint64_t cpu_page,
+                            unsigned count)
 {
     unsigned page;
 
     for (page = 0; (fold->nfolded > 0) && (page < count); ++page) {
-        uct_remapring_fold_unpage(fold, cpu_page + page);
+        remapring_fold_unpage(fold, cpu_page + page);
     }
 }
 
-ucs_status_t uct_remapring_fold_restore(uct_remapring_fold_t *fold,
-                                        uint64_t cpu_page, unsigned count,
-                                        void *addr, int pool_fd,
-                                        off_t pool_offset)
+ucs_status_t remapring_fold_restore(remapring_fold_t *fold, uint64_t cpu_page,
+                                    unsigned count, void *addr, int pool_fd,
+                                    off_t pool_offset)
 {
     size_t page_size = 1ul << fold->page_shift;
     unsigned page, run;
@@ -486,7 +476,7 @@ ucs_status_t uct_remapring_fold_restore(uct_remapring_fold_t *fold,
         return UCS_OK; /* folding is off */
     }
 
-    uct_remapring_fold_release(fold, cpu_page, count);
+    remapring_fold_release(fold, cpu_page, count);
 
     /* one mmap per run of pages mapped elsewhere: each merges back into the
      * mapping around it */

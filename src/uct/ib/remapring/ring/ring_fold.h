@@ -2,8 +2,8 @@
  * Copyright (c) remapring contributors. See file LICENSE for terms.
  */
 
-#ifndef UCT_REMAPRING_RING_FOLD_H_
-#define UCT_REMAPRING_RING_FOLD_H_
+#ifndef REMAPRING_RING_FOLD_H_
+#define REMAPRING_RING_FOLD_H_
 
 /*
  * Folding: the partly used pages of held records, shared.
@@ -63,44 +63,44 @@
 BEGIN_C_DECLS
 
 
-#define UCT_REMAPRING_FOLD_NONE UINT32_MAX /* no fold page */
-#define UCT_REMAPRING_FOLD_MAPPED                                              \
+#define REMAPRING_FOLD_NONE UINT32_MAX /* no fold page */
+#define REMAPRING_FOLD_MAPPED                                                  \
     UINT32_MAX /* of[]: unpaged, not mapped
                                                 back yet */
-#define UCT_REMAPRING_FOLD_UNITS 64 /* per page: one bit of a mask each */
-#define UCT_REMAPRING_FOLD_SCAN  64 /* open fold pages tried per fold */
-#define UCT_REMAPRING_FOLD_KEEP  4 /* free fold pages kept resident */
-#define UCT_REMAPRING_FOLD_GROW  64 /* fold pages made per growth */
+#define REMAPRING_FOLD_UNITS 64 /* per page: one bit of a mask each */
+#define REMAPRING_FOLD_SCAN  64 /* open fold pages tried per fold */
+#define REMAPRING_FOLD_KEEP  4 /* free fold pages kept resident */
+#define REMAPRING_FOLD_GROW  64 /* fold pages made per growth */
 
 
 /**
  * A page of the fold memfd.
  */
-typedef struct uct_remapring_fold_page {
+typedef struct remapring_fold_page {
     uint64_t mask; /* units used by the CPU-view pages mapped onto it */
     uint32_t nrefs; /* CPU-view pages mapped onto it */
-    uint32_t list; /* which list it is on: uct_remapring_fold_list_t */
+    uint32_t list; /* which list it is on: remapring_fold_list_t */
     uint32_t prev; /* links of that list */
     uint32_t next;
-} uct_remapring_fold_page_t;
+} remapring_fold_page_t;
 
 
 /**
  * Lists of fold pages.
  */
 typedef enum {
-    UCT_REMAPRING_FOLD_LIST_OPEN, /* in use, with free units */
-    UCT_REMAPRING_FOLD_LIST_FULL, /* in use, every unit used */
-    UCT_REMAPRING_FOLD_LIST_FREE, /* free, still resident */
-    UCT_REMAPRING_FOLD_LIST_CLEAN, /* free, punched or never touched */
-    UCT_REMAPRING_FOLD_LIST_LAST
-} uct_remapring_fold_list_t;
+    REMAPRING_FOLD_LIST_OPEN, /* in use, with free units */
+    REMAPRING_FOLD_LIST_FULL, /* in use, every unit used */
+    REMAPRING_FOLD_LIST_FREE, /* free, still resident */
+    REMAPRING_FOLD_LIST_CLEAN, /* free, punched or never touched */
+    REMAPRING_FOLD_LIST_LAST
+} remapring_fold_list_t;
 
 
 /**
  * Fold state of one pool.
  */
-typedef struct uct_remapring_fold {
+typedef struct remapring_fold {
     int fd; /* fold memfd, or -1 if folding is off */
     const char *name; /* memfd name */
     unsigned page_shift;
@@ -108,11 +108,11 @@ typedef struct uct_remapring_fold {
     uint32_t max_pages; /* CPU-view pages folded at a time; 0: off */
     uint32_t npages; /* fold pages made */
     uint32_t nfolded; /* CPU-view pages folded now */
-    uint32_t heads[UCT_REMAPRING_FOLD_LIST_LAST];
-    uint32_t tails[UCT_REMAPRING_FOLD_LIST_LAST];
-    uint32_t counts[UCT_REMAPRING_FOLD_LIST_LAST];
+    uint32_t heads[REMAPRING_FOLD_LIST_LAST];
+    uint32_t tails[REMAPRING_FOLD_LIST_LAST];
+    uint32_t counts[REMAPRING_FOLD_LIST_LAST];
     size_t meta_size; /* the arrays below, one mapping */
-    uct_remapring_fold_page_t *pages; /* [max_pages] */
+    remapring_fold_page_t *pages; /* [max_pages] */
     uint32_t *of; /* [ncpu_pages]: fold page of each CPU-view page plus
                      one, or 0 if it is not folded; or MAPPED if it left
                      its fold page but is still mapped onto one */
@@ -121,7 +121,7 @@ typedef struct uct_remapring_fold {
     uint64_t *back; /* one page: the old page, read back */
     uint64_t nfolds; /* folds done */
     uint64_t nmerged; /* words a racing store changed, carried over */
-} uct_remapring_fold_t;
+} remapring_fold_t;
 
 
 /**
@@ -130,15 +130,15 @@ typedef struct uct_remapring_fold {
  * and the bookkeeping (unbacked until used). Folding is off if the memfd
  * cannot be made.
  */
-ucs_status_t uct_remapring_fold_init(uct_remapring_fold_t *fold,
-                                     const char *name, unsigned page_shift,
-                                     uint64_t ncpu_pages, uint32_t max_pages);
+ucs_status_t remapring_fold_init(remapring_fold_t *fold, const char *name,
+                                 unsigned page_shift, uint64_t ncpu_pages,
+                                 uint32_t max_pages);
 
 
 /**
  * Release what folding made. The CPU view is the caller's to unmap.
  */
-void uct_remapring_fold_cleanup(uct_remapring_fold_t *fold);
+void remapring_fold_cleanup(remapring_fold_t *fold);
 
 
 /**
@@ -148,26 +148,25 @@ void uct_remapring_fold_cleanup(uct_remapring_fold_t *fold);
  *
  * @return 1 if the page was folded, 0 if it stays as it is.
  */
-int uct_remapring_fold_page(uct_remapring_fold_t *fold, uint64_t cpu_page,
-                            void *addr, uint64_t mask, int pool_fd,
-                            off_t pool_offset);
+int remapring_fold_page(remapring_fold_t *fold, uint64_t cpu_page, void *addr,
+                        uint64_t mask, int pool_fd, off_t pool_offset);
 
 
 /**
  * The last held record of folded CPU-view page @a cpu_page was released:
  * its units go back to its fold page. The CPU view stays mapped onto that
- * page until uct_remapring_fold_restore().
+ * page until remapring_fold_restore().
  */
-void uct_remapring_fold_unpage(uct_remapring_fold_t *fold, uint64_t cpu_page);
+void remapring_fold_unpage(remapring_fold_t *fold, uint64_t cpu_page);
 
 
 /**
  * The last held record of CPU-view pages [@a cpu_page, + @a count) was
  * released: those still folded leave their fold pages (unpage). They stay
- * mapped onto them until uct_remapring_fold_restore().
+ * mapped onto them until remapring_fold_restore().
  */
-void uct_remapring_fold_release(uct_remapring_fold_t *fold, uint64_t cpu_page,
-                                unsigned count);
+void remapring_fold_release(remapring_fold_t *fold, uint64_t cpu_page,
+                            unsigned count);
 
 
 /**
@@ -179,10 +178,9 @@ void uct_remapring_fold_release(uct_remapring_fold_t *fold, uint64_t cpu_page,
  * @return UCS_OK, or UCS_ERR_NO_MEMORY if an mmap failed (logged): the
  *         pages from there on still map fold pages.
  */
-ucs_status_t uct_remapring_fold_restore(uct_remapring_fold_t *fold,
-                                        uint64_t cpu_page, unsigned count,
-                                        void *addr, int pool_fd,
-                                        off_t pool_offset);
+ucs_status_t remapring_fold_restore(remapring_fold_t *fold, uint64_t cpu_page,
+                                    unsigned count, void *addr, int pool_fd,
+                                    off_t pool_offset);
 
 
 /**
@@ -192,35 +190,35 @@ ucs_status_t uct_remapring_fold_restore(uct_remapring_fold_t *fold,
  * alignment (64 bytes) are never shared by two records; with larger ones
  * (pages above 4 KiB) the mask stays as it is.
  */
-void uct_remapring_fold_shrink(uct_remapring_fold_t *fold, uint64_t cpu_page,
-                               uint64_t mask);
+void remapring_fold_shrink(remapring_fold_t *fold, uint64_t cpu_page,
+                           uint64_t mask);
 
 
 /**
  * Punch the free fold pages past the few kept resident.
  */
-void uct_remapring_fold_trim(uct_remapring_fold_t *fold);
+void remapring_fold_trim(remapring_fold_t *fold);
 
 
 /**
  * Whether there are free fold pages to punch.
  */
-static inline int uct_remapring_fold_trimmable(const uct_remapring_fold_t *fold)
+static inline int remapring_fold_trimmable(const remapring_fold_t *fold)
 {
-    return fold->counts[UCT_REMAPRING_FOLD_LIST_FREE] > UCT_REMAPRING_FOLD_KEEP;
+    return fold->counts[REMAPRING_FOLD_LIST_FREE] > REMAPRING_FOLD_KEEP;
 }
 
 
 /**
  * Mask of the units of a page that bytes [@a start, @a end) of it use.
  */
-static inline uint64_t uct_remapring_fold_mask(const uct_remapring_fold_t *fold,
-                                               size_t start, size_t end)
+static inline uint64_t
+remapring_fold_mask(const remapring_fold_t *fold, size_t start, size_t end)
 {
     unsigned first = start >> fold->unit_shift;
     unsigned last  = (end - 1) >> fold->unit_shift;
 
-    return ((last == UCT_REMAPRING_FOLD_UNITS - 1) ?
+    return ((last == REMAPRING_FOLD_UNITS - 1) ?
                     UINT64_MAX :
                     ((UINT64_C(1) << (last + 1)) - 1)) &
            ~((UINT64_C(1) << first) - 1);
@@ -230,21 +228,20 @@ static inline uint64_t uct_remapring_fold_mask(const uct_remapring_fold_t *fold,
 /**
  * Whether CPU-view page @a cpu_page is folded now.
  */
-static inline int uct_remapring_fold_is_folded(const uct_remapring_fold_t *fold,
-                                               uint64_t cpu_page)
+static inline int
+remapring_fold_is_folded(const remapring_fold_t *fold, uint64_t cpu_page)
 {
     return (fold->nfolded > 0) && (fold->of[cpu_page] != 0) &&
-           (fold->of[cpu_page] != UCT_REMAPRING_FOLD_MAPPED);
+           (fold->of[cpu_page] != REMAPRING_FOLD_MAPPED);
 }
 
 
 /**
  * Fold pages that hold memory: in use, or free and not punched yet.
  */
-static inline uint32_t
-uct_remapring_fold_resident(const uct_remapring_fold_t *fold)
+static inline uint32_t remapring_fold_resident(const remapring_fold_t *fold)
 {
-    return fold->npages - fold->counts[UCT_REMAPRING_FOLD_LIST_CLEAN];
+    return fold->npages - fold->counts[REMAPRING_FOLD_LIST_CLEAN];
 }
 
 END_C_DECLS

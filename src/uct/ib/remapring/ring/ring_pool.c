@@ -6,7 +6,7 @@
 #define _GNU_SOURCE
 #endif
 
-#include <uct/ib/remapring/ring_pool.h>
+#include <uct/ib/remapring/ring/ring_pool.h>
 
 #include <ucs/arch/atomic.h>
 #include <ucs/debug/log_def.h>
@@ -23,22 +23,32 @@
 
 
 /* Blocks of all the pools of the process that are off their free lists
- * (attached or detached): uct_remapring_pool_total_used(). Each pool is
- * serialised by its receiver, but not with the others: atomics. */
-static volatile uint64_t uct_remapring_pool_used_blocks = 0;
+ * (attached or detached), and their bytes: remapring_pool_blocks_in_use().
+ * Each pool is serialised by its receiver, but not with the others:
+ * atomics. */
+static volatile uint64_t remapring_pool_used_blocks = 0;
+static volatile uint64_t remapring_pool_used_bytes  = 0;
+
+/* @a count blocks of @a pool went off (positive) or back on (negative)
+ * their free list */
+static void remapring_pool_count_used(remapring_pool_t *pool, int64_t count)
+{
+    ucs_atomic_add64(&remapring_pool_used_blocks, count);
+    ucs_atomic_add64(&remapring_pool_used_bytes, count * pool->block_size);
+}
 
 
 /* Free blocks with folded pages mapped back per call of
- * uct_remapring_pool_punch_aged() */
-#define UCT_REMAPRING_POOL_UNFOLD_BATCH 64
+ * remapring_pool_punch_aged() */
+#define REMAPRING_POOL_UNFOLD_BATCH 64
 
 
 /* Seals of the pool memfd: it never shrinks, and no one adds a seal that
  * would stop it growing. A writer that maps the pool checks them first. */
-#define UCT_REMAPRING_POOL_SEALS (F_SEAL_SHRINK | F_SEAL_SEAL)
+#define REMAPRING_POOL_SEALS (F_SEAL_SHRINK | F_SEAL_SEAL)
 
 
-static uint64_t uct_remapring_pool_now_ns(void)
+static uint64_t remapring_pool_now_ns(void)
 {
     struct timespec ts;
 
@@ -46,7 +56,7 @@ static uint64_t uct_remapring_pool_now_ns(void)
     return (uint64_t)ts.tv_sec * 1000000000ull + ts.tv_nsec;
 }
 
-void uct_remapring_pool_params_default(uct_remapring_pool_params_t *params)
+void remapring_pool_params_default(remapring_pool_params_t *params)
 {
     params->block_size   = 64 * 1024;
     params->init_blocks  = 64;
@@ -64,23 +74,22 @@ void uct_remapring_pool_params_default(uct_remapring_pool_params_t *params)
 
 /* Pages counted against max_bytes: free and attached blocks whole, detached
  * ones by their held pages, and the fold pages that hold memory */
-static uint64_t uct_remapring_pool_mem_pages(const uct_remapring_pool_t *pool)
+static uint64_t remapring_pool_mem_pages(const remapring_pool_t *pool)
 {
     return ((uint64_t)(pool->nblocks - pool->stats.ndetached) *
             pool->pages_per_block) +
-           pool->stats.held_pages + uct_remapring_fold_resident(&pool->fold);
+           pool->stats.held_pages + remapring_fold_resident(&pool->fold);
 }
 
-static void uct_remapring_pool_update_mem(uct_remapring_pool_t *pool)
+static void remapring_pool_update_mem(remapring_pool_t *pool)
 {
-    pool->stats.mem_bytes = uct_remapring_pool_mem_pages(pool)
-                            << pool->page_shift;
+    pool->stats.mem_bytes = remapring_pool_mem_pages(pool) << pool->page_shift;
 }
 
 /* Blocks the pool may still make under both limits */
-static uint64_t uct_remapring_pool_growable(const uct_remapring_pool_t *pool)
+static uint64_t remapring_pool_growable(const remapring_pool_t *pool)
 {
-    uint64_t used = uct_remapring_pool_mem_pages(pool);
+    uint64_t used = remapring_pool_mem_pages(pool);
     uint64_t by_mem;
 
     by_mem = (used >= pool->max_pages) ?
@@ -88,14 +97,14 @@ static uint64_t uct_remapring_pool_growable(const uct_remapring_pool_t *pool)
     return ucs_min(by_mem, pool->max_blocks - pool->nblocks);
 }
 
-uint64_t uct_remapring_pool_available(const uct_remapring_pool_t *pool)
+uint64_t remapring_pool_available(const remapring_pool_t *pool)
 {
-    return pool->stats.nfree + uct_remapring_pool_growable(pool);
+    return pool->stats.nfree + remapring_pool_growable(pool);
 }
 
 /* Held records touching each page of @a block */
 static inline uint16_t *
-uct_remapring_pool_page_holds(const uct_remapring_pool_t *pool, uint32_t block)
+remapring_pool_page_holds(const remapring_pool_t *pool, uint32_t block)
 {
     return &pool->page_holds[(size_t)block * pool->pages_per_block];
 }
@@ -104,37 +113,34 @@ uct_remapring_pool_page_holds(const uct_remapring_pool_t *pool, uint32_t block)
  * @a cpu_page keeps its memfd page: held records touch it, and it is not
  * folded */
 static UCS_F_ALWAYS_INLINE int
-uct_remapring_pool_page_kept(const uct_remapring_pool_t *pool,
-                             const uint16_t *holds, uint64_t cpu_page,
-                             unsigned page)
+remapring_pool_page_kept(const remapring_pool_t *pool, const uint16_t *holds,
+                         uint64_t cpu_page, unsigned page)
 {
     return (holds[page] > 0) &&
-           !uct_remapring_fold_is_folded(&pool->fold, cpu_page + page);
+           !remapring_fold_is_folded(&pool->fold, cpu_page + page);
 }
 
 /* Units of page @a page of its block that held record @a hold uses */
-static uint64_t
-uct_remapring_pool_hold_mask(const uct_remapring_pool_t *pool,
-                             const uct_remapring_pool_hold_t *hold, size_t page)
+static uint64_t remapring_pool_hold_mask(const remapring_pool_t *pool,
+                                         const remapring_pool_hold_t *hold,
+                                         size_t page)
 {
     size_t start = (size_t)page << pool->page_shift;
     size_t end   = start + (1ul << pool->page_shift);
 
-    return uct_remapring_fold_mask(&pool->fold,
-                                   ucs_max(hold->start, start) - start,
-                                   ucs_min(hold->end, end) - start);
+    return remapring_fold_mask(&pool->fold, ucs_max(hold->start, start) - start,
+                               ucs_min(hold->end, end) - start);
 }
 
 /* Fold the partly used held pages of detached block @a index: those where
  * a held record starts or ends (the pages between are its alone, whole) */
-static void
-uct_remapring_pool_fold_block(uct_remapring_pool_t *pool, uint32_t index)
+static void remapring_pool_fold_block(remapring_pool_t *pool, uint32_t index)
 {
-    uct_remapring_pool_block_t *block = &pool->blocks[index];
-    const uint16_t *holds = uct_remapring_pool_page_holds(pool, index);
+    remapring_pool_block_t *block = &pool->blocks[index];
+    const uint16_t *holds         = remapring_pool_page_holds(pool, index);
     uint64_t *masks       = pool->fold_masks;
     uint64_t cpu_page     = (uint64_t)index * pool->pages_per_block;
-    const uct_remapring_pool_hold_t *hold;
+    const remapring_pool_hold_t *hold;
     size_t pages[2];
     uint32_t entry;
     unsigned i;
@@ -143,23 +149,23 @@ uct_remapring_pool_fold_block(uct_remapring_pool_t *pool, uint32_t index)
         return; /* off, or some extents unknown */
     }
 
-    for (entry = block->holds; entry != UCT_REMAPRING_POOL_BLOCK_NONE;
+    for (entry = block->holds; entry != REMAPRING_POOL_BLOCK_NONE;
          entry = pool->holds[entry].next) {
         hold                                       = &pool->holds[entry];
         masks[hold->start >> pool->page_shift]     = 0;
         masks[(hold->end - 1) >> pool->page_shift] = 0;
     }
 
-    for (entry = block->holds; entry != UCT_REMAPRING_POOL_BLOCK_NONE;
+    for (entry = block->holds; entry != REMAPRING_POOL_BLOCK_NONE;
          entry = pool->holds[entry].next) {
         hold     = &pool->holds[entry];
         pages[0] = hold->start >> pool->page_shift;
         pages[1] = (hold->end - 1) >> pool->page_shift;
-        masks[pages[0]] |= uct_remapring_pool_hold_mask(pool, hold, pages[0]);
-        masks[pages[1]] |= uct_remapring_pool_hold_mask(pool, hold, pages[1]);
+        masks[pages[0]] |= remapring_pool_hold_mask(pool, hold, pages[0]);
+        masks[pages[1]] |= remapring_pool_hold_mask(pool, hold, pages[1]);
     }
 
-    for (entry = block->holds; entry != UCT_REMAPRING_POOL_BLOCK_NONE;
+    for (entry = block->holds; entry != REMAPRING_POOL_BLOCK_NONE;
          entry = pool->holds[entry].next) {
         hold     = &pool->holds[entry];
         pages[0] = hold->start >> pool->page_shift;
@@ -167,11 +173,11 @@ uct_remapring_pool_fold_block(uct_remapring_pool_t *pool, uint32_t index)
         for (i = 0; i < 2; ++i) {
             /* a page's mask is cleared once it was tried */
             if ((masks[pages[i]] != 0) && (holds[pages[i]] != UINT16_MAX) &&
-                uct_remapring_fold_page(
+                remapring_fold_page(
                         &pool->fold, cpu_page + pages[i],
-                        UCS_PTR_BYTE_OFFSET(
-                                uct_remapring_pool_block_addr(pool, index),
-                                pages[i] << pool->page_shift),
+                        UCS_PTR_BYTE_OFFSET(remapring_pool_block_addr(pool,
+                                                                      index),
+                                            pages[i] << pool->page_shift),
                         masks[pages[i]], pool->fd,
                         ((off_t)index << pool->block_shift) +
                                 ((off_t)pages[i] << pool->page_shift))) {
@@ -185,18 +191,18 @@ uct_remapring_pool_fold_block(uct_remapring_pool_t *pool, uint32_t index)
 /* Give back the memory of pages [first, first + count) of @a block that no
  * held record touches, or whose held records moved to a fold page: the
  * held ones stay, at their CPU-view addresses. Returns how many stay. */
-static unsigned uct_remapring_pool_punch_pages(uct_remapring_pool_t *pool,
-                                               uint32_t block, unsigned first,
-                                               unsigned count)
+static unsigned remapring_pool_punch_pages(remapring_pool_t *pool,
+                                           uint32_t block, unsigned first,
+                                           unsigned count)
 {
-    const uint16_t *holds = uct_remapring_pool_page_holds(pool, block);
+    const uint16_t *holds = remapring_pool_page_holds(pool, block);
     off_t base            = (off_t)block << pool->block_shift;
     uint64_t cpu_page     = (uint64_t)block * pool->pages_per_block;
     unsigned end          = first + count;
     unsigned page, run, held = 0;
 
     for (page = first; page < end; page += run) {
-        if (uct_remapring_pool_page_kept(pool, holds, cpu_page, page)) {
+        if (remapring_pool_page_kept(pool, holds, cpu_page, page)) {
             run = 1;
             ++held;
             continue;
@@ -204,7 +210,7 @@ static unsigned uct_remapring_pool_punch_pages(uct_remapring_pool_t *pool,
 
         for (run = 1;
              (page + run < end) &&
-             !uct_remapring_pool_page_kept(pool, holds, cpu_page, page + run);
+             !remapring_pool_page_kept(pool, holds, cpu_page, page + run);
              ++run) {
         }
 
@@ -224,8 +230,7 @@ static unsigned uct_remapring_pool_punch_pages(uct_remapring_pool_t *pool,
 
 /* Give back the memory of the pages of a detached block that no held record
  * touches */
-static void uct_remapring_pool_punch(uct_remapring_pool_t *pool,
-                                     uint32_t block)
+static void remapring_pool_punch(remapring_pool_t *pool, uint32_t block)
 {
     unsigned held;
 
@@ -233,9 +238,9 @@ static void uct_remapring_pool_punch(uct_remapring_pool_t *pool,
         /* every page stays */
         held = pool->pages_per_block;
     } else {
-        uct_remapring_pool_fold_block(pool, block);
-        held = uct_remapring_pool_punch_pages(pool, block, 0,
-                                              pool->pages_per_block);
+        remapring_pool_fold_block(pool, block);
+        held = remapring_pool_punch_pages(pool, block, 0,
+                                          pool->pages_per_block);
     }
 
     pool->blocks[block].held_pages = held;
@@ -243,16 +248,15 @@ static void uct_remapring_pool_punch(uct_remapring_pool_t *pool,
 }
 
 /* Detached block @a index waits whole on the list of blocks to punch */
-static void uct_remapring_pool_punch_later(uct_remapring_pool_t *pool,
-                                           uint32_t index)
+static void remapring_pool_punch_later(remapring_pool_t *pool, uint32_t index)
 {
-    uct_remapring_pool_block_t *block = &pool->blocks[index];
+    remapring_pool_block_t *block = &pool->blocks[index];
 
     block->held_pages       = pool->pages_per_block;
     pool->stats.held_pages += pool->pages_per_block;
     block->punch_prev       = pool->punch_tail;
-    block->punch_next       = UCT_REMAPRING_POOL_BLOCK_NONE;
-    if (pool->punch_tail == UCT_REMAPRING_POOL_BLOCK_NONE) {
+    block->punch_next       = REMAPRING_POOL_BLOCK_NONE;
+    if (pool->punch_tail == REMAPRING_POOL_BLOCK_NONE) {
         pool->punch_head = index;
     } else {
         pool->blocks[pool->punch_tail].punch_next = index;
@@ -262,49 +266,46 @@ static void uct_remapring_pool_punch_later(uct_remapring_pool_t *pool,
 }
 
 /* Take detached block @a index off the list of blocks to punch */
-static void uct_remapring_pool_punch_unlist(uct_remapring_pool_t *pool,
-                                            uint32_t index)
+static void remapring_pool_punch_unlist(remapring_pool_t *pool, uint32_t index)
 {
-    uct_remapring_pool_block_t *block = &pool->blocks[index];
+    remapring_pool_block_t *block = &pool->blocks[index];
 
-    if (block->punch_prev == UCT_REMAPRING_POOL_BLOCK_NONE) {
+    if (block->punch_prev == REMAPRING_POOL_BLOCK_NONE) {
         pool->punch_head = block->punch_next;
     } else {
         pool->blocks[block->punch_prev].punch_next = block->punch_next;
     }
-    if (block->punch_next == UCT_REMAPRING_POOL_BLOCK_NONE) {
+    if (block->punch_next == REMAPRING_POOL_BLOCK_NONE) {
         pool->punch_tail = block->punch_prev;
     } else {
         pool->blocks[block->punch_next].punch_prev = block->punch_prev;
     }
-    block->punch_prev = UCT_REMAPRING_POOL_BLOCK_NONE;
-    block->punch_next = UCT_REMAPRING_POOL_BLOCK_NONE;
+    block->punch_prev = REMAPRING_POOL_BLOCK_NONE;
+    block->punch_next = REMAPRING_POOL_BLOCK_NONE;
     --pool->nunpunched;
 }
 
 /* Is detached block @a index on the list of blocks to punch */
-static int uct_remapring_pool_punch_listed(const uct_remapring_pool_t *pool,
-                                           uint32_t index)
+static int
+remapring_pool_punch_listed(const remapring_pool_t *pool, uint32_t index)
 {
-    const uct_remapring_pool_block_t *block = &pool->blocks[index];
+    const remapring_pool_block_t *block = &pool->blocks[index];
 
-    return (block->punch_prev != UCT_REMAPRING_POOL_BLOCK_NONE) ||
+    return (block->punch_prev != REMAPRING_POOL_BLOCK_NONE) ||
            (pool->punch_head == index);
 }
 
 /* Weight of one released block in the moving average brief_q16: 1/16 */
-#define UCT_REMAPRING_POOL_BRIEF_SHIFT 4
+#define REMAPRING_POOL_BRIEF_SHIFT 4
 
 /* A detached block's holds all ended within punch_age_ns (@a brief), or
  * not: into the share of such blocks, which the number of detached blocks
  * kept whole follows */
-static void uct_remapring_pool_brief_sample(uct_remapring_pool_t *pool,
-                                            int brief)
+static void remapring_pool_brief_sample(remapring_pool_t *pool, int brief)
 {
     int32_t share = (int32_t)pool->brief_q16;
 
-    share += ((brief ? 65536 : 0) - share) /
-             (1 << UCT_REMAPRING_POOL_BRIEF_SHIFT);
+    share += ((brief ? 65536 : 0) - share) / (1 << REMAPRING_POOL_BRIEF_SHIFT);
     pool->brief_q16    = share;
     pool->punch_window = (((uint64_t)pool->punch_after * share) + 32768) >>
                          16; /* to the nearest: 0 and punch_after reached */
@@ -312,8 +313,7 @@ static void uct_remapring_pool_brief_sample(uct_remapring_pool_t *pool,
 
 /* Punch the oldest waiting blocks beyond the newest punch_window, and those
  * that waited longer than punch_age_ns (at time @a now) */
-static void uct_remapring_pool_punch_due(uct_remapring_pool_t *pool,
-                                         uint64_t now)
+static void remapring_pool_punch_due(remapring_pool_t *pool, uint64_t now)
 {
     uint32_t index;
 
@@ -326,21 +326,20 @@ static void uct_remapring_pool_punch_due(uct_remapring_pool_t *pool,
             /* its holds outlasted the age: known now, not at its release
              * (a storm keeps its blocks until it drains) */
             pool->blocks[index].aged = 1;
-            uct_remapring_pool_brief_sample(pool, 0);
+            remapring_pool_brief_sample(pool, 0);
         }
-        uct_remapring_pool_punch_unlist(pool, index);
+        remapring_pool_punch_unlist(pool, index);
         pool->stats.held_pages -= pool->blocks[index].held_pages;
-        uct_remapring_pool_punch(pool, index);
+        remapring_pool_punch(pool, index);
     }
 }
 
-static ucs_status_t
-uct_remapring_pool_grow(uct_remapring_pool_t *pool, unsigned count)
+static ucs_status_t remapring_pool_grow(remapring_pool_t *pool, unsigned count)
 {
     unsigned first = pool->nblocks;
     size_t size    = (size_t)(first + count) << pool->block_shift;
-    void *addr     = uct_remapring_pool_block_addr(pool, first);
-    uct_remapring_pool_block_t *block;
+    void *addr     = remapring_pool_block_addr(pool, first);
+    remapring_pool_block_t *block;
     ucs_status_t status;
     void *ptr;
     unsigned i;
@@ -374,23 +373,23 @@ uct_remapring_pool_grow(uct_remapring_pool_t *pool, unsigned count)
      * blocks tend to back consecutive slots and share one VMA */
     for (i = count; i > 0; --i) {
         block             = &pool->blocks[first + i - 1];
-        block->state      = UCT_REMAPRING_POOL_BLOCK_FREE;
+        block->state      = REMAPRING_POOL_BLOCK_FREE;
         block->nholds     = 0;
-        block->holds      = UCT_REMAPRING_POOL_BLOCK_NONE;
-        block->holds_last = UCT_REMAPRING_POOL_BLOCK_NONE;
+        block->holds      = REMAPRING_POOL_BLOCK_NONE;
+        block->holds_last = REMAPRING_POOL_BLOCK_NONE;
         block->dirty      = 0;
         block->folded     = 0;
         block->nuntracked = 0;
         block->owner      = NULL;
-        block->punch_prev = UCT_REMAPRING_POOL_BLOCK_NONE;
-        block->punch_next = UCT_REMAPRING_POOL_BLOCK_NONE;
+        block->punch_prev = REMAPRING_POOL_BLOCK_NONE;
+        block->punch_next = REMAPRING_POOL_BLOCK_NONE;
         block->next_free  = pool->free_head;
         pool->free_head   = first + i - 1;
     }
 
     pool->nblocks += count;
     pool->stats.nblocks = pool->nblocks;
-    uct_remapring_pool_update_mem(pool);
+    remapring_pool_update_mem(pool);
     pool->stats.nfree += count;
     pool->stats.ngrows++;
     ucs_debug("pool %p grew to %u blocks of %zu bytes", pool, pool->nblocks,
@@ -398,20 +397,19 @@ uct_remapring_pool_grow(uct_remapring_pool_t *pool, unsigned count)
     return UCS_OK;
 }
 
-ucs_status_t
-uct_remapring_pool_create(const uct_remapring_pool_params_t *params,
-                          uct_remapring_pool_t **pool_p)
+ucs_status_t remapring_pool_create(const remapring_pool_params_t *params,
+                                   remapring_pool_t **pool_p)
 {
     size_t page_size = sysconf(_SC_PAGESIZE);
-    uct_remapring_pool_t *pool;
+    remapring_pool_t *pool;
     ucs_status_t status;
     size_t reserve;
 
     if (!ucs_is_pow2(params->block_size) || (params->block_size < page_size) ||
-        (params->block_size > UCT_REMAPRING_POOL_BLOCK_MAX) ||
+        (params->block_size > REMAPRING_POOL_BLOCK_MAX) ||
         (params->max_blocks == 0) || (params->grow_blocks == 0) ||
         (params->init_blocks > params->max_blocks) ||
-        (params->max_blocks >= UCT_REMAPRING_POOL_BLOCK_NONE)) {
+        (params->max_blocks >= REMAPRING_POOL_BLOCK_NONE)) {
         ucs_error("invalid pool parameters: block size %zu init %u grow %u "
                   "max %u",
                   params->block_size, params->init_blocks, params->grow_blocks,
@@ -460,29 +458,29 @@ uct_remapring_pool_create(const uct_remapring_pool_params_t *params,
     pool->max_blocks       = params->max_blocks;
     pool->holds            = NULL;
     pool->holds_size       = 0;
-    pool->hold_free        = UCT_REMAPRING_POOL_BLOCK_NONE;
+    pool->hold_free        = REMAPRING_POOL_BLOCK_NONE;
     pool->punch            = params->punch;
     pool->punch_after      = params->punch_after;
     pool->punch_age_ns     = params->punch_age_ns;
     pool->punch_window     = params->punch_after;
     pool->brief_q16        = 65536; /* until blocks say otherwise */
-    pool->punch_head       = UCT_REMAPRING_POOL_BLOCK_NONE;
-    pool->punch_tail       = UCT_REMAPRING_POOL_BLOCK_NONE;
+    pool->punch_head       = REMAPRING_POOL_BLOCK_NONE;
+    pool->punch_tail       = REMAPRING_POOL_BLOCK_NONE;
     pool->nunpunched       = 0;
     pool->grow_cb          = params->grow_cb;
     pool->grow_arg         = params->grow_arg;
     pool->grow_blocks      = params->grow_blocks;
-    pool->free_head        = UCT_REMAPRING_POOL_BLOCK_NONE;
-    pool->unfold_head      = UCT_REMAPRING_POOL_BLOCK_NONE;
+    pool->free_head        = REMAPRING_POOL_BLOCK_NONE;
+    pool->unfold_head      = REMAPRING_POOL_BLOCK_NONE;
     pool->nblocks          = 0;
     pool->stats.max_blocks = params->max_blocks;
     ucs_list_head_init(&pool->waiters);
 
-    status = uct_remapring_fold_init(&pool->fold, "remapring-pool-fold",
-                                     pool->page_shift,
-                                     (uint64_t)params->max_blocks *
-                                             pool->pages_per_block,
-                                     params->punch ? params->fold_pages : 0);
+    status = remapring_fold_init(&pool->fold, "remapring-pool-fold",
+                                 pool->page_shift,
+                                 (uint64_t)params->max_blocks *
+                                         pool->pages_per_block,
+                                 params->punch ? params->fold_pages : 0);
     if (status != UCS_OK) {
         goto err_free_blocks;
     }
@@ -497,7 +495,7 @@ uct_remapring_pool_create(const uct_remapring_pool_params_t *params,
 
     /* The pool only grows: sealed, it cannot shrink under a writer that
      * maps it (a store beyond the end of a memfd raises SIGBUS) */
-    if (fcntl(pool->fd, F_ADD_SEALS, UCT_REMAPRING_POOL_SEALS) != 0) {
+    if (fcntl(pool->fd, F_ADD_SEALS, REMAPRING_POOL_SEALS) != 0) {
         ucs_error("pool %p: sealing memfd %d failed: %m", pool, pool->fd);
         status = UCS_ERR_IO_ERROR;
         goto err_close_fd;
@@ -513,9 +511,9 @@ uct_remapring_pool_create(const uct_remapring_pool_params_t *params,
     }
 
     if (params->init_blocks > 0) {
-        status = uct_remapring_pool_grow(
-                pool, ucs_min(params->init_blocks,
-                              uct_remapring_pool_growable(pool)));
+        status = remapring_pool_grow(pool,
+                                     ucs_min(params->init_blocks,
+                                             remapring_pool_growable(pool)));
         if (status != UCS_OK) {
             goto err_unmap;
         }
@@ -532,7 +530,7 @@ err_unmap:
 err_close_fd:
     close(pool->fd);
 err_fold:
-    uct_remapring_fold_cleanup(&pool->fold);
+    remapring_fold_cleanup(&pool->fold);
 err_free_blocks:
     munmap(pool->blocks, pool->meta_size);
 err_free_pool:
@@ -540,48 +538,45 @@ err_free_pool:
     return status;
 }
 
-void uct_remapring_pool_destroy(uct_remapring_pool_t *pool)
+void remapring_pool_destroy(remapring_pool_t *pool)
 {
     if (pool->stats.nheld_blocks > 0) {
         ucs_warn("pool %p destroyed with %u blocks still held", pool,
                  pool->stats.nheld_blocks);
     }
 
-    ucs_atomic_sub64(&uct_remapring_pool_used_blocks,
-                     pool->nblocks - pool->stats.nfree);
+    remapring_pool_count_used(pool,
+                              -(int64_t)(pool->nblocks - pool->stats.nfree));
 
     munmap(pool->cpu_base, (size_t)pool->max_blocks << pool->block_shift);
     close(pool->fd);
-    uct_remapring_fold_cleanup(&pool->fold);
+    remapring_fold_cleanup(&pool->fold);
     free(pool->holds);
     munmap(pool->blocks, pool->meta_size);
     free(pool);
 }
 
-static void
-uct_remapring_pool_unfold_some(uct_remapring_pool_t *pool, unsigned count);
+static void remapring_pool_unfold_some(remapring_pool_t *pool, unsigned count);
 
-ucs_status_t
-uct_remapring_pool_block_get(uct_remapring_pool_t *pool, uint32_t *block_p)
+ucs_status_t remapring_pool_block_get(remapring_pool_t *pool, uint32_t *block_p)
 {
-    uct_remapring_pool_block_t *block;
+    remapring_pool_block_t *block;
     ucs_status_t status;
     uint32_t index;
 
-    if (pool->free_head == UCT_REMAPRING_POOL_BLOCK_NONE) {
+    if (pool->free_head == REMAPRING_POOL_BLOCK_NONE) {
         /* one that waits to be mapped back, before the pool grows */
-        uct_remapring_pool_unfold_some(pool, 1);
+        remapring_pool_unfold_some(pool, 1);
     }
 
-    if (pool->free_head == UCT_REMAPRING_POOL_BLOCK_NONE) {
-        if (uct_remapring_pool_growable(pool) == 0) {
+    if (pool->free_head == REMAPRING_POOL_BLOCK_NONE) {
+        if (remapring_pool_growable(pool) == 0) {
             return UCS_ERR_NO_RESOURCE;
         }
 
-        status = uct_remapring_pool_grow(pool,
-                                         ucs_min(pool->grow_blocks,
-                                                 uct_remapring_pool_growable(
-                                                         pool)));
+        status = remapring_pool_grow(pool,
+                                     ucs_min(pool->grow_blocks,
+                                             remapring_pool_growable(pool)));
         if (status != UCS_OK) {
             return status;
         }
@@ -590,24 +585,28 @@ uct_remapring_pool_block_get(uct_remapring_pool_t *pool, uint32_t *block_p)
     index           = pool->free_head;
     block           = &pool->blocks[index];
     pool->free_head = block->next_free;
-    block->state    = UCT_REMAPRING_POOL_BLOCK_ATTACHED;
+    block->state    = REMAPRING_POOL_BLOCK_ATTACHED;
     block->owner    = NULL;
     pool->stats.nfree--;
-    ucs_atomic_add64(&uct_remapring_pool_used_blocks, 1);
+    remapring_pool_count_used(pool, 1);
     *block_p = index;
     return UCS_OK;
 }
 
-uint64_t uct_remapring_pool_total_used(void)
+uint64_t remapring_pool_blocks_in_use(uint64_t *bytes_p)
 {
-    return uct_remapring_pool_used_blocks;
+    if (bytes_p != NULL) {
+        *bytes_p = remapring_pool_used_bytes;
+    }
+
+    return remapring_pool_used_blocks;
 }
 
-void uct_remapring_pool_block_put(uct_remapring_pool_t *pool, uint32_t index)
+void remapring_pool_block_put(remapring_pool_t *pool, uint32_t index)
 {
-    uct_remapring_pool_block_t *block = &pool->blocks[index];
+    remapring_pool_block_t *block = &pool->blocks[index];
 
-    block->state = UCT_REMAPRING_POOL_BLOCK_FREE;
+    block->state = REMAPRING_POOL_BLOCK_FREE;
     block->owner = NULL;
     if (block->folded) {
         /* mapped back later, off the path of the release (a drain of kept
@@ -619,41 +618,40 @@ void uct_remapring_pool_block_put(uct_remapring_pool_t *pool, uint32_t index)
         pool->free_head  = index;
     }
     pool->stats.nfree++;
-    ucs_atomic_sub64(&uct_remapring_pool_used_blocks, 1);
+    remapring_pool_count_used(pool, -1);
 }
 
-void uct_remapring_pool_punch_aged(uct_remapring_pool_t *pool)
+void remapring_pool_punch_aged(remapring_pool_t *pool)
 {
     if ((pool->nunpunched == 0) &&
-        (pool->unfold_head == UCT_REMAPRING_POOL_BLOCK_NONE) &&
-        !uct_remapring_fold_trimmable(&pool->fold)) {
+        (pool->unfold_head == REMAPRING_POOL_BLOCK_NONE) &&
+        !remapring_fold_trimmable(&pool->fold)) {
         return;
     }
 
     if (pool->nunpunched > 0) {
-        uct_remapring_pool_punch_due(pool, uct_remapring_pool_now_ns());
+        remapring_pool_punch_due(pool, remapring_pool_now_ns());
     }
-    uct_remapring_pool_unfold_some(pool, UCT_REMAPRING_POOL_UNFOLD_BATCH);
-    uct_remapring_fold_trim(&pool->fold);
-    uct_remapring_pool_update_mem(pool);
+    remapring_pool_unfold_some(pool, REMAPRING_POOL_UNFOLD_BATCH);
+    remapring_fold_trim(&pool->fold);
+    remapring_pool_update_mem(pool);
 }
 
-void uct_remapring_pool_block_attach(uct_remapring_pool_t *pool,
-                                     uint32_t index, uct_remapring_ring_t *ring,
-                                     unsigned slot)
+void remapring_pool_block_attach(remapring_pool_t *pool, uint32_t index,
+                                 remapring_ring_t *ring, unsigned slot)
 {
-    uct_remapring_pool_block_t *block = &pool->blocks[index];
+    remapring_pool_block_t *block = &pool->blocks[index];
 
-    block->state = UCT_REMAPRING_POOL_BLOCK_ATTACHED;
+    block->state = REMAPRING_POOL_BLOCK_ATTACHED;
     block->owner = ring;
     block->slot  = slot;
 }
 
 /* Punch the pages that released records left in punched blocks (a block
  * freed since, or taken again, is on the list at most once: the flag) */
-static void uct_remapring_pool_punch_dirty(uct_remapring_pool_t *pool)
+static void remapring_pool_punch_dirty(remapring_pool_t *pool)
 {
-    uct_remapring_pool_block_t *block;
+    remapring_pool_block_t *block;
     uint32_t i, index;
     unsigned held;
 
@@ -661,65 +659,64 @@ static void uct_remapring_pool_punch_dirty(uct_remapring_pool_t *pool)
         index        = pool->dirty[i];
         block        = &pool->blocks[index];
         block->dirty = 0;
-        if ((block->state != UCT_REMAPRING_POOL_BLOCK_DETACHED) ||
-            uct_remapring_pool_punch_listed(pool, index)) {
+        if ((block->state != REMAPRING_POOL_BLOCK_DETACHED) ||
+            remapring_pool_punch_listed(pool, index)) {
             continue;
         }
 
-        uct_remapring_pool_fold_block(pool, index);
-        held = uct_remapring_pool_punch_pages(pool, index, 0,
-                                              pool->pages_per_block);
+        remapring_pool_fold_block(pool, index);
+        held = remapring_pool_punch_pages(pool, index, 0,
+                                          pool->pages_per_block);
         pool->stats.held_pages -= block->held_pages - held;
         block->held_pages       = held;
     }
     pool->ndirty = 0;
 }
 
-void uct_remapring_pool_block_detach(uct_remapring_pool_t *pool,
-                                     uint32_t index)
+void remapring_pool_block_detach(remapring_pool_t *pool, uint32_t index)
 {
-    uct_remapring_pool_block_t *block = &pool->blocks[index];
+    remapring_pool_block_t *block = &pool->blocks[index];
 
     if (block->nholds == 0) {
-        uct_remapring_pool_block_put(pool, index);
+        remapring_pool_block_put(pool, index);
         return;
     }
 
-    block->state = UCT_REMAPRING_POOL_BLOCK_DETACHED;
+    block->state = REMAPRING_POOL_BLOCK_DETACHED;
     block->owner = NULL;
     pool->stats.ndetached++;
     if (pool->punch && (pool->punch_after > 0)) {
         /* holds that end soon (a receive posted right after): a block
          * punched now would fault its pages in again when reused */
-        block->detached_ns = uct_remapring_pool_now_ns();
+        block->detached_ns = remapring_pool_now_ns();
         block->aged        = 0;
-        uct_remapring_pool_punch_later(pool, index);
-        uct_remapring_pool_punch_due(pool, block->detached_ns);
-        uct_remapring_pool_punch_dirty(pool);
+        remapring_pool_punch_later(pool, index);
+        remapring_pool_punch_due(pool, block->detached_ns);
+        remapring_pool_punch_dirty(pool);
     } else {
-        uct_remapring_pool_punch(pool, index);
-        uct_remapring_pool_punch_dirty(pool);
+        remapring_pool_punch(pool, index);
+        remapring_pool_punch_dirty(pool);
     }
-    uct_remapring_fold_trim(&pool->fold);
-    uct_remapring_pool_update_mem(pool);
+    remapring_fold_trim(&pool->fold);
+    remapring_pool_update_mem(pool);
 }
 
 /* An entry for a held record's extent, or NONE if there is no memory for
  * one */
-static uint32_t uct_remapring_pool_hold_alloc(uct_remapring_pool_t *pool)
+static uint32_t remapring_pool_hold_alloc(remapring_pool_t *pool)
 {
-    uct_remapring_pool_hold_t *holds;
+    remapring_pool_hold_t *holds;
     uint32_t index, size;
 
-    if (pool->hold_free == UCT_REMAPRING_POOL_BLOCK_NONE) {
+    if (pool->hold_free == REMAPRING_POOL_BLOCK_NONE) {
         size = ucs_max(pool->holds_size * 2, 64);
         if (size <= pool->holds_size) {
-            return UCT_REMAPRING_POOL_BLOCK_NONE;
+            return REMAPRING_POOL_BLOCK_NONE;
         }
 
         holds = realloc(pool->holds, (size_t)size * sizeof(*holds));
         if (holds == NULL) {
-            return UCT_REMAPRING_POOL_BLOCK_NONE;
+            return REMAPRING_POOL_BLOCK_NONE;
         }
 
         for (index = size; index > pool->holds_size; --index) {
@@ -735,12 +732,12 @@ static uint32_t uct_remapring_pool_hold_alloc(uct_remapring_pool_t *pool)
     return index;
 }
 
-void uct_remapring_pool_block_hold(uct_remapring_pool_t *pool, uint32_t index,
-                                   size_t start, size_t end)
+void remapring_pool_block_hold(remapring_pool_t *pool, uint32_t index,
+                               size_t start, size_t end)
 {
-    uct_remapring_pool_block_t *block = &pool->blocks[index];
-    uint16_t *holds = uct_remapring_pool_page_holds(pool, index);
-    uct_remapring_pool_hold_t *hold;
+    remapring_pool_block_t *block = &pool->blocks[index];
+    uint16_t *holds               = remapring_pool_page_holds(pool, index);
+    remapring_pool_hold_t *hold;
     uint32_t entry;
     size_t page;
 
@@ -751,15 +748,15 @@ void uct_remapring_pool_block_hold(uct_remapring_pool_t *pool, uint32_t index,
         }
     }
 
-    entry = uct_remapring_pool_hold_alloc(pool);
-    if (entry == UCT_REMAPRING_POOL_BLOCK_NONE) {
+    entry = remapring_pool_hold_alloc(pool);
+    if (entry == REMAPRING_POOL_BLOCK_NONE) {
         ++block->nuntracked;
     } else {
         hold        = &pool->holds[entry];
         hold->start = start;
         hold->end   = end;
-        hold->next  = UCT_REMAPRING_POOL_BLOCK_NONE;
-        if (block->holds == UCT_REMAPRING_POOL_BLOCK_NONE) {
+        hold->next  = REMAPRING_POOL_BLOCK_NONE;
+        if (block->holds == REMAPRING_POOL_BLOCK_NONE) {
             block->holds = entry;
         } else {
             pool->holds[block->holds_last].next = entry;
@@ -775,12 +772,11 @@ void uct_remapring_pool_block_hold(uct_remapring_pool_t *pool, uint32_t index,
 
 /* Held record @a hold of @a block, not its last, is released: the pages only
  * it touched are given back if the block was punched already */
-static void
-uct_remapring_pool_unhold_pages(uct_remapring_pool_t *pool, uint32_t index,
-                                const uct_remapring_pool_hold_t *hold)
+static void remapring_pool_unhold_pages(remapring_pool_t *pool, uint32_t index,
+                                        const remapring_pool_hold_t *hold)
 {
-    uct_remapring_pool_block_t *block = &pool->blocks[index];
-    uint16_t *holds   = uct_remapring_pool_page_holds(pool, index);
+    remapring_pool_block_t *block = &pool->blocks[index];
+    uint16_t *holds               = remapring_pool_page_holds(pool, index);
     unsigned first    = hold->start >> pool->page_shift;
     unsigned last     = (hold->end - 1) >> pool->page_shift;
     uint64_t cpu_page = (uint64_t)index * pool->pages_per_block;
@@ -791,26 +787,25 @@ uct_remapring_pool_unhold_pages(uct_remapring_pool_t *pool, uint32_t index,
             continue;
         } else if (--holds[page] > 0) {
             if (((page == first) || (page == last)) &&
-                uct_remapring_fold_is_folded(&pool->fold, cpu_page + page)) {
+                remapring_fold_is_folded(&pool->fold, cpu_page + page)) {
                 /* its units of a folded page others still use */
-                uct_remapring_fold_shrink(&pool->fold, cpu_page + page,
-                                          uct_remapring_pool_hold_mask(pool,
-                                                                       hold,
-                                                                       page));
+                remapring_fold_shrink(&pool->fold, cpu_page + page,
+                                      remapring_pool_hold_mask(pool, hold,
+                                                               page));
             }
             continue;
         }
 
-        if (uct_remapring_fold_is_folded(&pool->fold, cpu_page + page)) {
+        if (remapring_fold_is_folded(&pool->fold, cpu_page + page)) {
             /* its memfd page is punched already: its units are free */
-            uct_remapring_fold_unpage(&pool->fold, cpu_page + page);
+            remapring_fold_unpage(&pool->fold, cpu_page + page);
         } else {
             ++freed;
         }
     }
 
-    if ((freed == 0) || (block->state != UCT_REMAPRING_POOL_BLOCK_DETACHED) ||
-        !pool->punch || uct_remapring_pool_punch_listed(pool, index) ||
+    if ((freed == 0) || (block->state != REMAPRING_POOL_BLOCK_DETACHED) ||
+        !pool->punch || remapring_pool_punch_listed(pool, index) ||
         block->dirty) {
         /* whole under its slot, whole for now (punched later by the
          * counts), or due already */
@@ -825,19 +820,19 @@ uct_remapring_pool_unhold_pages(uct_remapring_pool_t *pool, uint32_t index,
 /* Free block @a index, which had pages folded: its CPU view maps its own
  * memfd pages again. If that fails the block is never handed out again. */
 static ucs_status_t
-uct_remapring_pool_unfold(uct_remapring_pool_t *pool, uint32_t index)
+remapring_pool_unfold(remapring_pool_t *pool, uint32_t index)
 {
-    if (uct_remapring_fold_restore(
-                &pool->fold, (uint64_t)index * pool->pages_per_block,
-                pool->pages_per_block,
-                uct_remapring_pool_block_addr(pool, index), pool->fd,
-                (off_t)index << pool->block_shift) != UCS_OK) {
+    if (remapring_fold_restore(&pool->fold,
+                               (uint64_t)index * pool->pages_per_block,
+                               pool->pages_per_block,
+                               remapring_pool_block_addr(pool, index), pool->fd,
+                               (off_t)index << pool->block_shift) != UCS_OK) {
         ucs_error("pool %p: block %u is lost: its CPU view cannot be mapped"
                   " back",
                   pool, index); /* and the mmap error above */
         /* neither free nor handed out: in use for good */
         pool->stats.nfree--;
-        ucs_atomic_add64(&uct_remapring_pool_used_blocks, 1);
+        remapring_pool_count_used(pool, 1);
         return UCS_ERR_NO_MEMORY;
     }
 
@@ -847,34 +842,32 @@ uct_remapring_pool_unfold(uct_remapring_pool_t *pool, uint32_t index)
 
 /* Map back up to @a count free blocks that had pages folded, onto the free
  * list */
-static void
-uct_remapring_pool_unfold_some(uct_remapring_pool_t *pool, unsigned count)
+static void remapring_pool_unfold_some(remapring_pool_t *pool, unsigned count)
 {
-    uct_remapring_pool_block_t *block;
+    remapring_pool_block_t *block;
     uint32_t index;
 
-    while ((count-- > 0) &&
-           (pool->unfold_head != UCT_REMAPRING_POOL_BLOCK_NONE)) {
+    while ((count-- > 0) && (pool->unfold_head != REMAPRING_POOL_BLOCK_NONE)) {
         index             = pool->unfold_head;
         block             = &pool->blocks[index];
         pool->unfold_head = block->next_free;
-        if (uct_remapring_pool_unfold(pool, index) == UCS_OK) {
+        if (remapring_pool_unfold(pool, index) == UCS_OK) {
             block->next_free = pool->free_head;
             pool->free_head  = index;
         }
     }
 }
 
-uct_remapring_pool_unhold_t
-uct_remapring_pool_block_unhold(uct_remapring_pool_t *pool, uint32_t index,
-                                size_t offset)
+remapring_pool_unhold_t remapring_pool_block_unhold(remapring_pool_t *pool,
+                                                    uint32_t index,
+                                                    size_t offset)
 {
-    uct_remapring_pool_block_t *block = &pool->blocks[index];
-    uct_remapring_pool_hold_t *hold   = NULL;
-    uint32_t prev = UCT_REMAPRING_POOL_BLOCK_NONE;
+    remapring_pool_block_t *block = &pool->blocks[index];
+    remapring_pool_hold_t *hold   = NULL;
+    uint32_t prev                 = REMAPRING_POOL_BLOCK_NONE;
     uint32_t *link;
 
-    for (link = &block->holds; *link != UCT_REMAPRING_POOL_BLOCK_NONE;
+    for (link = &block->holds; *link != REMAPRING_POOL_BLOCK_NONE;
          prev = *link, link = &pool->holds[*link].next) {
         if ((offset >= pool->holds[*link].start) &&
             (offset < pool->holds[*link].end)) {
@@ -885,7 +878,7 @@ uct_remapring_pool_block_unhold(uct_remapring_pool_t *pool, uint32_t index,
 
     if (hold != NULL) {
         /* off the block's list, onto the free one */
-        if (hold->next == UCT_REMAPRING_POOL_BLOCK_NONE) {
+        if (hold->next == REMAPRING_POOL_BLOCK_NONE) {
             block->holds_last = prev;
         }
         *link           = hold->next;
@@ -895,53 +888,52 @@ uct_remapring_pool_block_unhold(uct_remapring_pool_t *pool, uint32_t index,
         /* one of the records held without an entry: its pages stay */
         --block->nuntracked;
     } else {
-        return UCT_REMAPRING_POOL_UNHOLD_NONE;
+        return REMAPRING_POOL_UNHOLD_NONE;
     }
 
     pool->stats.nholds--;
     if (--block->nholds > 0) {
         if (hold != NULL) {
-            uct_remapring_pool_unhold_pages(pool, index, hold);
+            remapring_pool_unhold_pages(pool, index, hold);
         }
-        return UCT_REMAPRING_POOL_UNHOLD_HELD;
+        return REMAPRING_POOL_UNHOLD_HELD;
     }
 
     pool->stats.nheld_blocks--;
-    memset(uct_remapring_pool_page_holds(pool, index), 0,
+    memset(remapring_pool_page_holds(pool, index), 0,
            pool->pages_per_block * sizeof(uint16_t));
-    if (block->state != UCT_REMAPRING_POOL_BLOCK_DETACHED) {
-        return UCT_REMAPRING_POOL_UNHOLD_ATTACHED;
+    if (block->state != REMAPRING_POOL_BLOCK_DETACHED) {
+        return REMAPRING_POOL_UNHOLD_ATTACHED;
     }
 
     if (block->folded) {
         /* its units go back now; its CPU view is mapped back before the
-         * block is used again (uct_remapring_pool_block_put) */
-        uct_remapring_fold_release(&pool->fold,
-                                   (uint64_t)index * pool->pages_per_block,
-                                   pool->pages_per_block);
+         * block is used again (remapring_pool_block_put) */
+        remapring_fold_release(&pool->fold,
+                               (uint64_t)index * pool->pages_per_block,
+                               pool->pages_per_block);
     }
 
     if (pool->punch && (pool->punch_after > 0) && !block->aged) {
-        uct_remapring_pool_brief_sample(pool,
-                                        (uct_remapring_pool_now_ns() -
-                                         block->detached_ns) <
-                                                pool->punch_age_ns);
+        remapring_pool_brief_sample(pool,
+                                    (remapring_pool_now_ns() -
+                                     block->detached_ns) < pool->punch_age_ns);
     }
 
     /* back whole: its punched pages fault in again when written */
-    if (uct_remapring_pool_punch_listed(pool, index)) {
-        uct_remapring_pool_punch_unlist(pool, index);
+    if (remapring_pool_punch_listed(pool, index)) {
+        remapring_pool_punch_unlist(pool, index);
     }
     pool->stats.ndetached--;
     pool->stats.held_pages -= block->held_pages;
     block->held_pages       = 0;
-    uct_remapring_pool_block_put(pool, index);
-    uct_remapring_pool_update_mem(pool);
-    return UCT_REMAPRING_POOL_UNHOLD_FREED;
+    remapring_pool_block_put(pool, index);
+    remapring_pool_update_mem(pool);
+    return REMAPRING_POOL_UNHOLD_FREED;
 }
 
-ucs_status_t uct_remapring_pool_map(uct_remapring_pool_t *pool, uint32_t block,
-                                    unsigned count, void *addr)
+ucs_status_t remapring_pool_map(remapring_pool_t *pool, uint32_t block,
+                                unsigned count, void *addr)
 {
     size_t length = (size_t)count << pool->block_shift;
     void *ptr;
@@ -962,21 +954,21 @@ ucs_status_t uct_remapring_pool_map(uct_remapring_pool_t *pool, uint32_t block,
 }
 
 ucs_status_t
-uct_remapring_pool_remap(uct_remapring_pool_t *pool, uint32_t block, void *addr)
+remapring_pool_remap(remapring_pool_t *pool, uint32_t block, void *addr)
 {
-    uint64_t start = uct_remapring_pool_now_ns();
+    uint64_t start = remapring_pool_now_ns();
     ucs_status_t status;
 
-    status = uct_remapring_pool_map(pool, block, 1, addr);
+    status = remapring_pool_map(pool, block, 1, addr);
     if (status == UCS_OK) {
-        pool->stats.remap_ns += uct_remapring_pool_now_ns() - start;
+        pool->stats.remap_ns += remapring_pool_now_ns() - start;
         pool->stats.nremaps++;
     }
 
     return status;
 }
 
-ucs_status_t uct_remapring_pool_check_fd(int fd, size_t *size_p)
+ucs_status_t remapring_pool_check_fd(int fd, size_t *size_p)
 {
     struct stat st;
     int seals;
@@ -987,9 +979,9 @@ ucs_status_t uct_remapring_pool_check_fd(int fd, size_t *size_p)
         return UCS_ERR_UNSUPPORTED;
     }
 
-    if ((seals & UCT_REMAPRING_POOL_SEALS) != UCT_REMAPRING_POOL_SEALS) {
+    if ((seals & REMAPRING_POOL_SEALS) != REMAPRING_POOL_SEALS) {
         ucs_debug("pool fd %d has seals 0x%x, not 0x%x", fd, seals,
-                  UCT_REMAPRING_POOL_SEALS);
+                  REMAPRING_POOL_SEALS);
         return UCS_ERR_UNSUPPORTED;
     }
 
@@ -1002,11 +994,11 @@ ucs_status_t uct_remapring_pool_check_fd(int fd, size_t *size_p)
     return UCS_OK;
 }
 
-void uct_remapring_pool_get_stats(const uct_remapring_pool_t *pool,
-                                  uct_remapring_pool_stats_t *stats)
+void remapring_pool_get_stats(const remapring_pool_t *pool,
+                              remapring_pool_stats_t *stats)
 {
     *stats              = pool->stats;
-    stats->fold_pages   = uct_remapring_fold_resident(&pool->fold);
+    stats->fold_pages   = remapring_fold_resident(&pool->fold);
     stats->nfolded      = pool->fold.nfolded;
     stats->nfolds       = pool->fold.nfolds;
     stats->nfold_merged = pool->fold.nmerged;

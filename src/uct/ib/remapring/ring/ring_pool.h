@@ -2,8 +2,8 @@
  * Copyright (c) remapring contributors. See file LICENSE for terms.
  */
 
-#ifndef UCT_REMAPRING_RING_POOL_H_
-#define UCT_REMAPRING_RING_POOL_H_
+#ifndef REMAPRING_RING_POOL_H_
+#define REMAPRING_RING_POOL_H_
 
 /*
  * The receive pool: physical memory in one memfd, cut into blocks of
@@ -41,7 +41,7 @@
  *   record costs about its bytes. A block that had pages folded goes, when
  *   its last hold is released, to a list of free blocks that are mapped
  *   back onto their own memfd pages before use: in batches from
- *   uct_remapring_pool_punch_aged(), or one when the free list is empty
+ *   remapring_pool_punch_aged(), or one when the free list is empty
  *   (a drain of kept messages makes no system call for each).
  * - Two limits apply: max_blocks blocks of address space, and max_bytes of
  *   memory, counting free and attached blocks whole, detached ones by their
@@ -50,7 +50,7 @@
  *   made from it, are serialised by the caller (the receiver).
  */
 
-#include <uct/ib/remapring/ring_fold.h>
+#include <uct/ib/remapring/ring/ring_fold.h>
 
 #include <ucs/datastruct/list.h>
 #include <ucs/sys/compiler_def.h>
@@ -62,21 +62,28 @@
 BEGIN_C_DECLS
 
 
-#define UCT_REMAPRING_POOL_BLOCK_NONE UINT32_MAX
-#define UCT_REMAPRING_POOL_BLOCK_MAX  (1ul << 30) /* block size; hold extents
+/* Everything is built with -fvisibility=hidden: the module a UCX process
+ * loads exports only what is marked so (and the linker's export list, the
+ * module's *.sym, says the same) */
+#define REMAPRING_EXPORT __attribute__((visibility("default")))
+
+
+#define REMAPRING_POOL_BLOCK_NONE UINT32_MAX
+#define REMAPRING_POOL_BLOCK_MAX                                               \
+    (1ul << 30) /* block size; hold extents
                                                      are 32-bit */
 
-typedef struct uct_remapring_ring uct_remapring_ring_t;
+typedef struct remapring_ring remapring_ring_t;
 
 
 /**
  * State of a pool block.
  */
 typedef enum {
-    UCT_REMAPRING_POOL_BLOCK_FREE, /* on the free list */
-    UCT_REMAPRING_POOL_BLOCK_ATTACHED, /* backs a slot of a ring view */
-    UCT_REMAPRING_POOL_BLOCK_DETACHED /* off its slot, held records in it */
-} uct_remapring_pool_block_state_t;
+    REMAPRING_POOL_BLOCK_FREE, /* on the free list */
+    REMAPRING_POOL_BLOCK_ATTACHED, /* backs a slot of a ring view */
+    REMAPRING_POOL_BLOCK_DETACHED /* off its slot, held records in it */
+} remapring_pool_block_state_t;
 
 
 /**
@@ -86,14 +93,14 @@ typedef enum {
  * A held record: bytes [start, end) of its block. On its block's list while
  * held, on the pool's free list of entries otherwise.
  */
-typedef struct uct_remapring_pool_hold {
+typedef struct remapring_pool_hold {
     uint32_t start;
     uint32_t end;
     uint32_t next; /* next entry of the list, or NONE */
-} uct_remapring_pool_hold_t;
+} remapring_pool_hold_t;
 
 
-typedef struct uct_remapring_pool_block {
+typedef struct remapring_pool_block {
     uint32_t nholds; /* held records in this block */
     uint32_t holds; /* list of its held records (pool->holds), oldest
                        first (most are released in turn), or NONE */
@@ -103,7 +110,7 @@ typedef struct uct_remapring_pool_block {
                             entry): their pages stay until the last hold of
                             the block is released */
     uint32_t next_free; /* free list link, while FREE */
-    uint32_t state; /* uct_remapring_pool_block_state_t */
+    uint32_t state; /* remapring_pool_block_state_t */
     uint32_t slot; /* slot it backs, while ATTACHED */
     uint32_t held_pages; /* pages kept, while DETACHED (not folded ones) */
     uint32_t folded; /* pages of it were folded since it left its slot: its
@@ -113,14 +120,14 @@ typedef struct uct_remapring_pool_block {
     uint32_t punch_prev; /* list of DETACHED blocks not punched yet */
     uint32_t punch_next;
     uint64_t detached_ns; /* when it was detached, while DETACHED */
-    uct_remapring_ring_t *owner; /* ring it backs, while ATTACHED */
-} uct_remapring_pool_block_t;
+    remapring_ring_t *owner; /* ring it backs, while ATTACHED */
+} remapring_pool_block_t;
 
 
 /**
  * Pool creation parameters.
  */
-typedef struct uct_remapring_pool_params {
+typedef struct remapring_pool_params {
     size_t block_size; /* B: power of two, >= page size */
     unsigned init_blocks; /* blocks made at create */
     unsigned grow_blocks; /* blocks added per growth step */
@@ -143,13 +150,13 @@ typedef struct uct_remapring_pool_params {
     ucs_status_t (*grow_cb)(void *arg, uint32_t first, unsigned count,
                             void *addr);
     void *grow_arg;
-} uct_remapring_pool_params_t;
+} remapring_pool_params_t;
 
 
 /**
  * Pool counters, for tests and benchmarks.
  */
-typedef struct uct_remapring_pool_stats {
+typedef struct remapring_pool_stats {
     unsigned nblocks; /* blocks made so far */
     unsigned max_blocks; /* limit */
     unsigned nfree; /* on the free list */
@@ -169,14 +176,14 @@ typedef struct uct_remapring_pool_stats {
     unsigned punch_window; /* detached blocks kept whole now, at most */
     double brief; /* share of detached blocks whose holds all ended
                      within punch_age_ns, of late */
-} uct_remapring_pool_stats_t;
+} remapring_pool_stats_t;
 
 
 /**
  * Receive pool. Fields are read by the ring engine; change them only
  * through the functions below and ring.c.
  */
-typedef struct uct_remapring_pool {
+typedef struct remapring_pool {
     int fd; /* memfd holding all blocks */
     void *cpu_base; /* CPU view, max_blocks long */
     size_t block_size; /* B */
@@ -203,7 +210,7 @@ typedef struct uct_remapring_pool {
     uint32_t free_head; /* first free block or NONE */
     uint32_t unfold_head; /* free blocks whose CPU view still maps fold
                              pages: mapped back before use */
-    uct_remapring_pool_block_t *blocks; /* [max_blocks] */
+    remapring_pool_block_t *blocks; /* [max_blocks] */
     size_t meta_size; /* the arrays below, one mapping */
     uint32_t *dirty; /* [max_blocks]: punched detached blocks in which
                         released records left pages no hold touches */
@@ -213,13 +220,13 @@ typedef struct uct_remapring_pool {
                              bytes apart, so at most 65); UINT16_MAX sticks
                              until the block's last release */
     uint64_t *fold_masks; /* [pages_per_block]: scratch of a fold */
-    uct_remapring_fold_t fold; /* the pages held records share */
-    uct_remapring_pool_hold_t *holds; /* entries, holds_size of them */
+    remapring_fold_t fold; /* the pages held records share */
+    remapring_pool_hold_t *holds; /* entries, holds_size of them */
     uint32_t holds_size;
     uint32_t hold_free; /* free entries, or NONE */
     ucs_list_link_t waiters; /* rings waiting for a block */
-    uct_remapring_pool_stats_t stats;
-} uct_remapring_pool_t;
+    remapring_pool_stats_t stats;
+} remapring_pool_t;
 
 
 /**
@@ -227,7 +234,7 @@ typedef struct uct_remapring_pool {
  * most 4096 blocks (256 MiB), no lower memory limit, up to 8192 pages
  * folded.
  */
-void uct_remapring_pool_params_default(uct_remapring_pool_params_t *params);
+void remapring_pool_params_default(remapring_pool_params_t *params);
 
 
 /**
@@ -237,16 +244,15 @@ void uct_remapring_pool_params_default(uct_remapring_pool_params_t *params);
  * @param [in]  params  Pool geometry and limits.
  * @param [out] pool_p  New pool.
  */
-ucs_status_t
-uct_remapring_pool_create(const uct_remapring_pool_params_t *params,
-                          uct_remapring_pool_t **pool_p);
+ucs_status_t remapring_pool_create(const remapring_pool_params_t *params,
+                                   remapring_pool_t **pool_p);
 
 
 /**
  * Destroy a pool. Rings made from it must be destroyed first; blocks that
  * are still held are reported and unmapped anyway.
  */
-void uct_remapring_pool_destroy(uct_remapring_pool_t *pool);
+void remapring_pool_destroy(remapring_pool_t *pool);
 
 
 /**
@@ -257,38 +263,36 @@ void uct_remapring_pool_destroy(uct_remapring_pool_t *pool);
  *         every block is in use, or UCS_ERR_NO_MEMORY if growing failed.
  */
 ucs_status_t
-uct_remapring_pool_block_get(uct_remapring_pool_t *pool, uint32_t *block_p);
+remapring_pool_block_get(remapring_pool_t *pool, uint32_t *block_p);
 
 
 /**
  * Return a block with no holds to the free list.
  */
-void uct_remapring_pool_block_put(uct_remapring_pool_t *pool, uint32_t block);
+void remapring_pool_block_put(remapring_pool_t *pool, uint32_t block);
 
 
 /**
- * A block taken with uct_remapring_pool_block_get() now backs slot @a slot
+ * A block taken with remapring_pool_block_get() now backs slot @a slot
  * of @a ring.
  */
-void uct_remapring_pool_block_attach(uct_remapring_pool_t *pool,
-                                     uint32_t block, uct_remapring_ring_t *ring,
-                                     unsigned slot);
+void remapring_pool_block_attach(remapring_pool_t *pool, uint32_t block,
+                                 remapring_ring_t *ring, unsigned slot);
 
 
 /**
  * A block leaves its slot: to the free list if nothing in it is held, else
  * DETACHED until its last hold is released.
  */
-void uct_remapring_pool_block_detach(uct_remapring_pool_t *pool,
-                                     uint32_t block);
+void remapring_pool_block_detach(remapring_pool_t *pool, uint32_t block);
 
 
 /**
  * One more record of @a block is held: the one at bytes [@a start, @a end)
  * of the block (records of one block do not overlap).
  */
-void uct_remapring_pool_block_hold(uct_remapring_pool_t *pool, uint32_t block,
-                                   size_t start, size_t end);
+void remapring_pool_block_hold(remapring_pool_t *pool, uint32_t block,
+                               size_t start, size_t end);
 
 
 /**
@@ -297,50 +301,50 @@ void uct_remapring_pool_block_hold(uct_remapring_pool_t *pool, uint32_t block,
  * had pages folded, and punch the free fold pages past the few kept: the
  * receiver calls it now and then.
  */
-void uct_remapring_pool_punch_aged(uct_remapring_pool_t *pool);
+void remapring_pool_punch_aged(remapring_pool_t *pool);
 
 
 /**
  * Blocks the pool could still hand out: free ones, and those it may still
  * make under both of its limits.
  */
-uint64_t uct_remapring_pool_available(const uct_remapring_pool_t *pool);
+uint64_t remapring_pool_available(const remapring_pool_t *pool);
 
 
 /**
  * Result of releasing a hold.
  */
 typedef enum {
-    UCT_REMAPRING_POOL_UNHOLD_HELD, /* other records still held */
-    UCT_REMAPRING_POOL_UNHOLD_ATTACHED, /* last hold; still under its slot */
-    UCT_REMAPRING_POOL_UNHOLD_FREED, /* last hold of a detached block: the
+    REMAPRING_POOL_UNHOLD_HELD, /* other records still held */
+    REMAPRING_POOL_UNHOLD_ATTACHED, /* last hold; still under its slot */
+    REMAPRING_POOL_UNHOLD_FREED, /* last hold of a detached block: the
                                         block went to the free list */
-    UCT_REMAPRING_POOL_UNHOLD_NONE /* no held record there: nothing done */
-} uct_remapring_pool_unhold_t;
+    REMAPRING_POOL_UNHOLD_NONE /* no held record there: nothing done */
+} remapring_pool_unhold_t;
 
 
 /**
  * Release the held record of @a block that contains byte @a offset of it.
  */
-uct_remapring_pool_unhold_t
-uct_remapring_pool_block_unhold(uct_remapring_pool_t *pool, uint32_t block,
-                                size_t offset);
+remapring_pool_unhold_t remapring_pool_block_unhold(remapring_pool_t *pool,
+                                                    uint32_t block,
+                                                    size_t offset);
 
 
 /**
  * Map @a count consecutive blocks starting at @a block at @a addr with
  * mmap(MAP_FIXED | MAP_SHARED), replacing whatever was mapped there.
  */
-ucs_status_t uct_remapring_pool_map(uct_remapring_pool_t *pool, uint32_t block,
-                                    unsigned count, void *addr);
+ucs_status_t remapring_pool_map(remapring_pool_t *pool, uint32_t block,
+                                unsigned count, void *addr);
 
 
 /**
  * Map one block under a slot in place of the one there, and count it (and
  * its cost) as a remap.
  */
-ucs_status_t uct_remapring_pool_remap(uct_remapring_pool_t *pool,
-                                      uint32_t block, void *addr);
+ucs_status_t
+remapring_pool_remap(remapring_pool_t *pool, uint32_t block, void *addr);
 
 
 /**
@@ -353,31 +357,31 @@ ucs_status_t uct_remapring_pool_remap(uct_remapring_pool_t *pool,
  * @return UCS_OK, or UCS_ERR_UNSUPPORTED if it is not sealed so (logged at
  *         debug level: the caller says what it does instead).
  */
-ucs_status_t uct_remapring_pool_check_fd(int fd, size_t *size_p);
+ucs_status_t remapring_pool_check_fd(int fd, size_t *size_p);
 
 
 /**
  * Copy the pool counters into @a stats.
  */
-void uct_remapring_pool_get_stats(const uct_remapring_pool_t *pool,
-                                  uct_remapring_pool_stats_t *stats);
+void remapring_pool_get_stats(const remapring_pool_t *pool,
+                              remapring_pool_stats_t *stats);
 
 
 /**
  * Blocks of all the pools of this process that are off their free lists
- * (backing a slot, or detached with held records). Any thread may call it.
- * Exported for tests and tools (test/apps/ucp_kill.c finds it with dlsym()
- * in the preloaded module): after a peer's connection is gone, the blocks
- * of its ring are back.
+ * (backing a slot, or detached with held records), and in @a *bytes_p (if
+ * not NULL) their bytes. Any thread may call it. The one symbol the module
+ * exports besides UCX's entry, for tests and tools: test/apps find it with
+ * dlsym() in the loaded module, to see that after a peer's connection is
+ * gone the blocks of its ring are back.
  */
-uint64_t uct_remapring_pool_total_used(void);
+REMAPRING_EXPORT uint64_t remapring_pool_blocks_in_use(uint64_t *bytes_p);
 
 
 /**
  * Blocks backing slots of rings now.
  */
-static inline uint64_t
-uct_remapring_pool_attached(const uct_remapring_pool_t *pool)
+static inline uint64_t remapring_pool_attached(const remapring_pool_t *pool)
 {
     return pool->nblocks - pool->stats.nfree - pool->stats.ndetached;
 }
@@ -387,7 +391,7 @@ uct_remapring_pool_attached(const uct_remapring_pool_t *pool)
  * CPU-view address of a block.
  */
 static inline void *
-uct_remapring_pool_block_addr(const uct_remapring_pool_t *pool, uint32_t block)
+remapring_pool_block_addr(const remapring_pool_t *pool, uint32_t block)
 {
     return (char *)pool->cpu_base + ((size_t)block << pool->block_shift);
 }
@@ -398,13 +402,13 @@ uct_remapring_pool_block_addr(const uct_remapring_pool_t *pool, uint32_t block)
  * a block made so far.
  */
 static inline uint32_t
-uct_remapring_pool_block_of(const uct_remapring_pool_t *pool, const void *addr)
+remapring_pool_block_of(const remapring_pool_t *pool, const void *addr)
 {
     uintptr_t off = (uintptr_t)addr - (uintptr_t)pool->cpu_base;
 
     if (((uintptr_t)addr < (uintptr_t)pool->cpu_base) ||
         ((off >> pool->block_shift) >= pool->nblocks)) {
-        return UCT_REMAPRING_POOL_BLOCK_NONE;
+        return REMAPRING_POOL_BLOCK_NONE;
     }
 
     return (uint32_t)(off >> pool->block_shift);

@@ -2,8 +2,8 @@
  * Copyright (c) remapring contributors. See file LICENSE for terms.
  */
 
-#ifndef UCT_REMAPRING_RING_WIRE_H_
-#define UCT_REMAPRING_RING_WIRE_H_
+#ifndef REMAPRING_RING_WIRE_H_
+#define REMAPRING_RING_WIRE_H_
 
 /*
  * A wire is how a ring writer puts bytes into the reader's ring view and
@@ -38,6 +38,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <sys/uio.h>
 #include <string.h>
 #include <sys/types.h>
 
@@ -45,47 +46,47 @@ BEGIN_C_DECLS
 
 
 /* Most segments one write may carry: PAD header, record header, payload */
-#define UCT_REMAPRING_WIRE_MAX_SEGS 18
+#define REMAPRING_WIRE_MAX_SEGS 18
 
 
-typedef struct uct_remapring_wire uct_remapring_wire_t;
-typedef struct uct_remapring_ring_ctl uct_remapring_ring_ctl_t;
+typedef struct remapring_wire remapring_wire_t;
+typedef struct remapring_ring_ctl remapring_ring_ctl_t;
 
 
 /**
  * One piece of a write: @a length bytes from @a buffer to ring offset
  * @a offset.
  */
-typedef struct uct_remapring_wire_seg {
+typedef struct remapring_wire_seg {
     uint64_t offset; /* ring offset of the destination */
     const void *buffer; /* local source */
     uint32_t length;
     uint32_t commit; /* a record header: its first 8 bytes go last */
-} uct_remapring_wire_seg_t;
+} remapring_wire_seg_t;
 
 
 /**
  * Wire operations.
  */
-typedef struct uct_remapring_wire_ops {
+typedef struct remapring_wire_ops {
     /** Write segments into the reader's ring view. */
-    ucs_status_t (*write)(uct_remapring_wire_t *wire,
-                          const uct_remapring_wire_seg_t *segs, unsigned nsegs);
+    ucs_status_t (*write)(remapring_wire_t *wire,
+                          const remapring_wire_seg_t *segs, unsigned nsegs);
     /** Publish the tail after the bytes below it were written. */
-    void (*publish_tail)(uct_remapring_wire_t *wire, uint64_t tail);
+    void (*publish_tail)(remapring_wire_t *wire, uint64_t tail);
     /** Read the reader's limit. */
-    uint64_t (*limit)(uct_remapring_wire_t *wire);
+    uint64_t (*limit)(remapring_wire_t *wire);
     /** Tell the reader the writer ran out of credit (the stalls word). */
-    void (*stalled)(uct_remapring_wire_t *wire);
+    void (*stalled)(remapring_wire_t *wire);
     /** The number of the reader's last request to give back credit (the
      *  reclaim word, load-acquired); NULL if the wire carries none. */
-    uint64_t (*reclaim)(uct_remapring_wire_t *wire);
+    uint64_t (*reclaim)(remapring_wire_t *wire);
     /** Answer request @a seq: the writer keeps below @a bound from now on
      *  (bound, then the yielded word with release). */
-    void (*yield)(uct_remapring_wire_t *wire, uint64_t seq, uint64_t bound);
+    void (*yield)(remapring_wire_t *wire, uint64_t seq, uint64_t bound);
     /** Free the wire. */
-    void (*destroy)(uct_remapring_wire_t *wire);
-} uct_remapring_wire_ops_t;
+    void (*destroy)(remapring_wire_t *wire);
+} remapring_wire_ops_t;
 
 
 /**
@@ -94,25 +95,25 @@ typedef struct uct_remapring_wire_ops {
  * (the reader writes it, the writer loads it relaxed: a slot is credited
  * with release after its entry changed), and blocks below file_blocks are
  * in the reader's memfd. The writer's direct path
- * (uct_remapring_ring_writer_direct_begin) stores there itself; a block at
+ * (remapring_ring_writer_direct_begin) stores there itself; a block at
  * or past file_blocks sends it the general way (write), which looks again.
  */
-typedef struct uct_remapring_wire_direct {
+typedef struct remapring_wire_direct {
     char *base; /* NULL: the wire has no direct stores */
     const uint32_t *slot_table;
     uint32_t file_blocks;
     unsigned block_shift;
-} uct_remapring_wire_direct_t;
+} remapring_wire_direct_t;
 
 
 /**
  * Wire base; concrete wires embed it first.
  */
-struct uct_remapring_wire {
-    const uct_remapring_wire_ops_t *ops;
+struct remapring_wire {
+    const remapring_wire_ops_t *ops;
     size_t window_size; /* W, a power of two */
     int can_stamp; /* stores in order: STAMP commit works */
-    uct_remapring_wire_direct_t direct; /* base NULL unless the writer
+    remapring_wire_direct_t direct; /* base NULL unless the writer
                                            stores into the reader's blocks
                                            itself (shm) */
 };
@@ -122,7 +123,7 @@ struct uct_remapring_wire {
  * Position in the ring view of ring offset @a offset.
  */
 static inline size_t
-uct_remapring_wire_view_pos(const uct_remapring_wire_t *wire, uint64_t offset)
+remapring_wire_view_pos(const remapring_wire_t *wire, uint64_t offset)
 {
     return (size_t)(offset & (wire->window_size - 1));
 }
@@ -132,19 +133,19 @@ uct_remapring_wire_view_pos(const uct_remapring_wire_t *wire, uint64_t offset)
  * Write segments; writer side.
  */
 static inline ucs_status_t
-uct_remapring_wire_write(uct_remapring_wire_t *wire,
-                         const uct_remapring_wire_seg_t *segs, unsigned nsegs)
+remapring_wire_write(remapring_wire_t *wire, const remapring_wire_seg_t *segs,
+                     unsigned nsegs)
 {
     return wire->ops->write(wire, segs, nsegs);
 }
 
 
 /**
- * Publish the tail; writer side, after uct_remapring_wire_write() returned
+ * Publish the tail; writer side, after remapring_wire_write() returned
  * UCS_OK for every byte below @a tail.
  */
 static inline void
-uct_remapring_wire_publish_tail(uct_remapring_wire_t *wire, uint64_t tail)
+remapring_wire_publish_tail(remapring_wire_t *wire, uint64_t tail)
 {
     wire->ops->publish_tail(wire, tail);
 }
@@ -153,7 +154,7 @@ uct_remapring_wire_publish_tail(uct_remapring_wire_t *wire, uint64_t tail)
 /**
  * Read the reader's limit; writer side.
  */
-static inline uint64_t uct_remapring_wire_limit(uct_remapring_wire_t *wire)
+static inline uint64_t remapring_wire_limit(remapring_wire_t *wire)
 {
     return wire->ops->limit(wire);
 }
@@ -162,7 +163,7 @@ static inline uint64_t uct_remapring_wire_limit(uct_remapring_wire_t *wire)
 /**
  * Tell the reader the writer ran out of credit; writer side.
  */
-static inline void uct_remapring_wire_stalled(uct_remapring_wire_t *wire)
+static inline void remapring_wire_stalled(remapring_wire_t *wire)
 {
     wire->ops->stalled(wire);
 }
@@ -172,7 +173,7 @@ static inline void uct_remapring_wire_stalled(uct_remapring_wire_t *wire)
  * The stalls word of the ring control words @a ctl: one more (the writer
  * alone writes it). For wires that see the control words in memory.
  */
-void uct_remapring_wire_ctl_stalled(uct_remapring_ring_ctl_t *ctl);
+void remapring_wire_ctl_stalled(remapring_ring_ctl_t *ctl);
 
 
 /**
@@ -180,9 +181,9 @@ void uct_remapring_wire_ctl_stalled(uct_remapring_ring_ctl_t *ctl);
  * then yielded with release). For wires that see the control words in
  * memory.
  */
-uint64_t uct_remapring_wire_ctl_reclaim(uct_remapring_ring_ctl_t *ctl);
-void uct_remapring_wire_ctl_yield(uct_remapring_ring_ctl_t *ctl, uint64_t seq,
-                                  uint64_t bound);
+uint64_t remapring_wire_ctl_reclaim(remapring_ring_ctl_t *ctl);
+void remapring_wire_ctl_yield(remapring_ring_ctl_t *ctl, uint64_t seq,
+                              uint64_t bound);
 
 
 /**
@@ -191,7 +192,7 @@ void uct_remapring_wire_ctl_yield(uct_remapring_ring_ctl_t *ctl, uint64_t seq,
  * of the in-order wires (local, shm).
  */
 static inline void
-uct_remapring_wire_copy_seg(void *dest, const uct_remapring_wire_seg_t *seg)
+remapring_wire_copy_seg(void *dest, const remapring_wire_seg_t *seg)
 {
     uint64_t stamp;
 
@@ -210,7 +211,7 @@ uct_remapring_wire_copy_seg(void *dest, const uct_remapring_wire_seg_t *seg)
 /**
  * Destroy a wire.
  */
-static inline void uct_remapring_wire_destroy(uct_remapring_wire_t *wire)
+static inline void remapring_wire_destroy(remapring_wire_t *wire)
 {
     wire->ops->destroy(wire);
 }
@@ -226,9 +227,9 @@ static inline void uct_remapring_wire_destroy(uct_remapring_wire_t *wire)
  * @param [in]  ctl          Ring control area.
  * @param [out] wire_p       New wire.
  */
-ucs_status_t uct_remapring_wire_local_create(void *view, size_t window_size,
-                                             uct_remapring_ring_ctl_t *ctl,
-                                             uct_remapring_wire_t **wire_p);
+ucs_status_t remapring_wire_local_create(void *view, size_t window_size,
+                                         remapring_ring_ctl_t *ctl,
+                                         remapring_wire_t **wire_p);
 
 
 /**
@@ -249,10 +250,24 @@ ucs_status_t uct_remapring_wire_local_create(void *view, size_t window_size,
  * @param [in]  ctl          Ring control area, mapped in this process.
  * @param [out] wire_p       New wire.
  */
-ucs_status_t uct_remapring_wire_cma_create(pid_t pid, uint64_t remote_view,
-                                           size_t window_size,
-                                           uct_remapring_ring_ctl_t *ctl,
-                                           uct_remapring_wire_t **wire_p);
+ucs_status_t
+remapring_wire_cma_create(pid_t pid, uint64_t remote_view, size_t window_size,
+                          remapring_ring_ctl_t *ctl, remapring_wire_t **wire_p);
+
+/**
+ * Move @a length bytes between @a local and @a remote, in process @a pid's
+ * address space (to it if @a write, else from it), with process_vm_writev
+ * or process_vm_readv: the one loop of the cma wire and of the
+ * shared-memory transport's put and get. A call moves what it can; the rest
+ * is moved by the next one, the pieces advanced on both sides, which need
+ * not be cut alike. EINTR is retried. The arrays are consumed.
+ *
+ * @return 0, or the errno of the call that failed (EFAULT for one that
+ *         moved nothing, which is where an unmapped page stops it).
+ */
+int remapring_proc_vm_xfer(pid_t pid, struct iovec *local, size_t nlocal,
+                           struct iovec *remote, size_t nremote, size_t length,
+                           int write);
 
 /**
  * Shared-memory wire: the writer maps the reader's pool (@a pool_fd, opened
@@ -272,12 +287,10 @@ ucs_status_t uct_remapring_wire_cma_create(pid_t pid, uint64_t remote_view,
  * @param [in]  ctl          Ring control area, mapped in this process.
  * @param [out] wire_p       New wire.
  */
-ucs_status_t uct_remapring_wire_shm_create(int pool_fd, size_t block_size,
-                                           uint32_t pool_blocks,
-                                           const uint32_t *slot_table,
-                                           size_t window_size,
-                                           uct_remapring_ring_ctl_t *ctl,
-                                           uct_remapring_wire_t **wire_p);
+ucs_status_t
+remapring_wire_shm_create(int pool_fd, size_t block_size, uint32_t pool_blocks,
+                          const uint32_t *slot_table, size_t window_size,
+                          remapring_ring_ctl_t *ctl, remapring_wire_t **wire_p);
 
 
 END_C_DECLS

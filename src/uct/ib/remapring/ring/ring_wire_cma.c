@@ -6,8 +6,8 @@
 #define _GNU_SOURCE
 #endif
 
-#include <uct/ib/remapring/ring.h>
-#include <uct/ib/remapring/ring_wire.h>
+#include <uct/ib/remapring/ring/ring.h>
+#include <uct/ib/remapring/ring/ring_wire.h>
 
 #include <ucs/debug/log_def.h>
 
@@ -17,16 +17,16 @@
 #include <sys/uio.h>
 
 
-typedef struct uct_remapring_wire_cma {
-    uct_remapring_wire_t super;
+typedef struct remapring_wire_cma {
+    remapring_wire_t super;
     pid_t pid; /* reader process */
     uint64_t remote_view; /* its ring view */
-    uct_remapring_ring_ctl_t *ctl; /* shared control words */
-} uct_remapring_wire_cma_t;
+    remapring_ring_ctl_t *ctl; /* shared control words */
+} remapring_wire_cma_t;
 
 
 static ucs_status_t
-uct_remapring_wire_cma_error(uct_remapring_wire_cma_t *cma, size_t length)
+remapring_wire_cma_error(remapring_wire_cma_t *cma, size_t length)
 {
     switch (errno) {
     case ESRCH:
@@ -51,116 +51,139 @@ uct_remapring_wire_cma_error(uct_remapring_wire_cma_t *cma, size_t length)
     }
 }
 
-static ucs_status_t
-uct_remapring_wire_cma_write(uct_remapring_wire_t *wire,
-                             const uct_remapring_wire_seg_t *segs,
-                             unsigned nsegs)
+/* Drop the first @a consumed bytes of the pieces from *@a idx_p on. As
+ * ucs_iov_advance() does; the engine builds on UCX's installed headers
+ * alone, which do not declare it */
+static void remapring_iov_advance(struct iovec *iov, size_t cnt, size_t *idx_p,
+                                  size_t consumed)
 {
-    uct_remapring_wire_cma_t *cma = (uct_remapring_wire_cma_t *)wire;
-    struct iovec local[UCT_REMAPRING_WIRE_MAX_SEGS];
-    struct iovec remote[UCT_REMAPRING_WIRE_MAX_SEGS];
-    size_t length = 0;
-    unsigned i, first;
+    size_t i;
+
+    for (i = *idx_p; (i < cnt) && (consumed >= iov[i].iov_len); ++i) {
+        consumed -= iov[i].iov_len;
+    }
+
+    if (i < cnt) {
+        iov[i].iov_base = (char *)iov[i].iov_base + consumed;
+        iov[i].iov_len -= consumed;
+    }
+
+    *idx_p = i;
+}
+
+int remapring_proc_vm_xfer(pid_t pid, struct iovec *local, size_t nlocal,
+                           struct iovec *remote, size_t nremote, size_t length,
+                           int write)
+{
+    size_t local_idx = 0, remote_idx = 0;
     ssize_t ret;
+
+    while (length > 0) {
+        ret = write ? process_vm_writev(pid, local + local_idx,
+                                        nlocal - local_idx, remote + remote_idx,
+                                        nremote - remote_idx, 0) :
+                      process_vm_readv(pid, local + local_idx,
+                                       nlocal - local_idx, remote + remote_idx,
+                                       nremote - remote_idx, 0);
+        if (ret < 0) {
+            if (errno == EINTR) {
+                continue;
+            }
+            return errno;
+        } else if (ret == 0) {
+            /* stopped at an unmapped page */
+            return EFAULT;
+        }
+
+        length -= ret;
+        remapring_iov_advance(local, nlocal, &local_idx, ret);
+        remapring_iov_advance(remote, nremote, &remote_idx, ret);
+    }
+
+    return 0;
+}
+
+static ucs_status_t remapring_wire_cma_write(remapring_wire_t *wire,
+                                             const remapring_wire_seg_t *segs,
+                                             unsigned nsegs)
+{
+    remapring_wire_cma_t *cma = (remapring_wire_cma_t *)wire;
+    struct iovec local[REMAPRING_WIRE_MAX_SEGS];
+    struct iovec remote[REMAPRING_WIRE_MAX_SEGS];
+    size_t length = 0;
+    unsigned i;
+    int err;
 
     for (i = 0; i < nsegs; ++i) {
         local[i].iov_base  = (void *)segs[i].buffer;
         local[i].iov_len   = segs[i].length;
         remote[i].iov_base = (void *)(uintptr_t)(cma->remote_view +
-                                                 uct_remapring_wire_view_pos(
+                                                 remapring_wire_view_pos(
                                                          wire, segs[i].offset));
         remote[i].iov_len  = segs[i].length;
         length += segs[i].length;
     }
 
     /* The kernel walks the reader's page tables now, so the bytes land in
-     * whatever block is mapped under the slot at this moment. A short count
-     * means it stopped at an unmapped page; continue from there so that the
-     * retry reports the fault. Local and remote pieces have equal lengths,
-     * so they advance together. */
-    first = 0;
-    while (length > 0) {
-        ret = process_vm_writev(cma->pid, local + first, nsegs - first,
-                                remote + first, nsegs - first, 0);
-        if (ret < 0) {
-            if (errno == EINTR) {
-                continue;
-            }
-            return uct_remapring_wire_cma_error(cma, length);
-        } else if (ret == 0) {
-            errno = EFAULT;
-            return uct_remapring_wire_cma_error(cma, length);
-        }
-
-        length -= ret;
-        while ((ret > 0) && (first < nsegs)) {
-            if ((size_t)ret >= local[first].iov_len) {
-                ret -= local[first].iov_len;
-                ++first;
-            } else {
-                local[first].iov_base = (char *)local[first].iov_base + ret;
-                local[first].iov_len -= ret;
-                remote[first].iov_base = (char *)remote[first].iov_base + ret;
-                remote[first].iov_len -= ret;
-                ret = 0;
-            }
-        }
+     * whatever block is mapped under the slot at this moment */
+    err = remapring_proc_vm_xfer(cma->pid, local, nsegs, remote, nsegs, length,
+                                 1);
+    if (err != 0) {
+        errno = err;
+        return remapring_wire_cma_error(cma, length);
     }
 
     return UCS_OK;
 }
 
 static void
-uct_remapring_wire_cma_publish_tail(uct_remapring_wire_t *wire, uint64_t tail)
+remapring_wire_cma_publish_tail(remapring_wire_t *wire, uint64_t tail)
 {
     /* process_vm_writev() has returned, so its stores are done; the release
      * store orders the tail after them for the reader's load-acquire */
-    uct_remapring_ring_ctl_store_tail(((uct_remapring_wire_cma_t *)wire)->ctl,
-                                      tail);
+    remapring_ring_ctl_store_tail(((remapring_wire_cma_t *)wire)->ctl, tail);
 }
 
-static uint64_t uct_remapring_wire_cma_limit(uct_remapring_wire_t *wire)
+static uint64_t remapring_wire_cma_limit(remapring_wire_t *wire)
 {
-    return uct_remapring_ring_ctl_load_limit(
-            ((uct_remapring_wire_cma_t *)wire)->ctl);
+    return remapring_ring_ctl_load_limit(((remapring_wire_cma_t *)wire)->ctl);
 }
 
-static void uct_remapring_wire_cma_stalled(uct_remapring_wire_t *wire)
+static void remapring_wire_cma_stalled(remapring_wire_t *wire)
 {
-    uct_remapring_wire_ctl_stalled(((uct_remapring_wire_cma_t*)wire)->ctl);
+    remapring_wire_ctl_stalled(((remapring_wire_cma_t *)wire)->ctl);
 }
 
-static uint64_t uct_remapring_wire_cma_reclaim(uct_remapring_wire_t *wire)
+static uint64_t remapring_wire_cma_reclaim(remapring_wire_t *wire)
 {
-    return uct_remapring_wire_ctl_reclaim(((uct_remapring_wire_cma_t*)wire)->ctl);
+    return remapring_wire_ctl_reclaim(((remapring_wire_cma_t *)wire)->ctl);
 }
 
-static void uct_remapring_wire_cma_yield(uct_remapring_wire_t *wire,
-                                         uint64_t seq, uint64_t bound)
+static void
+remapring_wire_cma_yield(remapring_wire_t *wire, uint64_t seq, uint64_t bound)
 {
-    uct_remapring_wire_ctl_yield(((uct_remapring_wire_cma_t*)wire)->ctl, seq, bound);
+    remapring_wire_ctl_yield(((remapring_wire_cma_t *)wire)->ctl, seq, bound);
 }
 
-static void uct_remapring_wire_cma_destroy(uct_remapring_wire_t *wire)
+static void remapring_wire_cma_destroy(remapring_wire_t *wire)
 {
     free(wire);
 }
 
-static const uct_remapring_wire_ops_t uct_remapring_wire_cma_ops = {
-        .write         = uct_remapring_wire_cma_write,
-        .publish_tail  = uct_remapring_wire_cma_publish_tail,
-        .limit         = uct_remapring_wire_cma_limit,
-        .stalled       = uct_remapring_wire_cma_stalled,
-        .reclaim       = uct_remapring_wire_cma_reclaim,
-        .yield         = uct_remapring_wire_cma_yield,
-        .destroy       = uct_remapring_wire_cma_destroy};
+static const remapring_wire_ops_t remapring_wire_cma_ops = {
+        .write        = remapring_wire_cma_write,
+        .publish_tail = remapring_wire_cma_publish_tail,
+        .limit        = remapring_wire_cma_limit,
+        .stalled      = remapring_wire_cma_stalled,
+        .reclaim      = remapring_wire_cma_reclaim,
+        .yield        = remapring_wire_cma_yield,
+        .destroy      = remapring_wire_cma_destroy};
 
-ucs_status_t uct_remapring_wire_cma_create(pid_t pid, uint64_t remote_view,
-                                           size_t window_size,
-                                           uct_remapring_ring_ctl_t *ctl,
-                                           uct_remapring_wire_t **wire_p)
+ucs_status_t
+remapring_wire_cma_create(pid_t pid, uint64_t remote_view, size_t window_size,
+                          remapring_ring_ctl_t *ctl, remapring_wire_t **wire_p)
 {
-    uct_remapring_wire_cma_t *cma;
+    remapring_wire_cma_t *cma;
 
     cma = calloc(1, sizeof(*cma));
     if (cma == NULL) {
@@ -168,7 +191,7 @@ ucs_status_t uct_remapring_wire_cma_create(pid_t pid, uint64_t remote_view,
         return UCS_ERR_NO_MEMORY;
     }
 
-    cma->super.ops         = &uct_remapring_wire_cma_ops;
+    cma->super.ops         = &remapring_wire_cma_ops;
     cma->super.window_size = window_size;
     cma->super.can_stamp   = 0; /* the kernel copies in no promised order */
     cma->pid               = pid;

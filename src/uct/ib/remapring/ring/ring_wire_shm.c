@@ -6,9 +6,9 @@
 #define _GNU_SOURCE
 #endif
 
-#include <uct/ib/remapring/ring.h>
-#include <uct/ib/remapring/ring_pool.h>
-#include <uct/ib/remapring/ring_wire.h>
+#include <uct/ib/remapring/ring/ring.h>
+#include <uct/ib/remapring/ring/ring_pool.h>
+#include <uct/ib/remapring/ring/ring_wire.h>
 
 #include <ucs/arch/bitops.h>
 #include <ucs/debug/log_def.h>
@@ -35,23 +35,23 @@
  * looked up once more (fstat) before it is refused: a store there would
  * raise SIGBUS in the writer.
  */
-typedef struct uct_remapring_wire_shm {
-    uct_remapring_wire_t super; /* super.direct: the reader's
+typedef struct remapring_wire_shm {
+    remapring_wire_t super; /* super.direct: the reader's
                                               pool mapped here, its slot
                                               table, the memfd's blocks
                                               last seen, log2(B) */
     size_t                   pool_size;    /* pool_blocks << block_shift */
     uint32_t pool_blocks; /* entries must be below this */
     int pool_fd; /* our copy of the reader's fd */
-    uct_remapring_ring_ctl_t *ctl;         /* shared control words */
-} uct_remapring_wire_shm_t;
+    remapring_ring_ctl_t *ctl; /* shared control words */
+} remapring_wire_shm_t;
 
 
 /* Whether @a block is inside the reader's memfd: it grew since we looked */
 static UCS_F_NOINLINE int
-uct_remapring_wire_shm_grown_to(uct_remapring_wire_shm_t *shm, uint32_t block)
+remapring_wire_shm_grown_to(remapring_wire_shm_t *shm, uint32_t block)
 {
-    uct_remapring_wire_direct_t *direct = &shm->super.direct;
+    remapring_wire_direct_t *direct = &shm->super.direct;
     struct stat st;
 
     if ((block >= shm->pool_blocks) || (fstat(shm->pool_fd, &st) != 0)) {
@@ -63,25 +63,24 @@ uct_remapring_wire_shm_grown_to(uct_remapring_wire_shm_t *shm, uint32_t block)
     return block < direct->file_blocks;
 }
 
-static ucs_status_t
-uct_remapring_wire_shm_write(uct_remapring_wire_t *wire,
-                             const uct_remapring_wire_seg_t *segs,
-                             unsigned nsegs)
+static ucs_status_t remapring_wire_shm_write(remapring_wire_t *wire,
+                                             const remapring_wire_seg_t *segs,
+                                             unsigned nsegs)
 {
-    uct_remapring_wire_shm_t *shm = (uct_remapring_wire_shm_t *)wire;
-    const uct_remapring_wire_direct_t *direct = &wire->direct;
+    remapring_wire_shm_t *shm                 = (remapring_wire_shm_t *)wire;
+    const remapring_wire_direct_t *direct     = &wire->direct;
     size_t block_mask                         = UCS_MASK(direct->block_shift);
     size_t pos, in_block;
     uint32_t block;
     unsigned i;
 
     for (i = 0; i < nsegs; ++i) {
-        pos      = uct_remapring_wire_view_pos(wire, segs[i].offset);
+        pos      = remapring_wire_view_pos(wire, segs[i].offset);
         block = __atomic_load_n(&direct->slot_table[pos >> direct->block_shift],
                                 __ATOMIC_RELAXED);
         in_block = pos & block_mask;
         if (ucs_unlikely(((block >= direct->file_blocks) &&
-                          !uct_remapring_wire_shm_grown_to(shm, block)) ||
+                          !remapring_wire_shm_grown_to(shm, block)) ||
                          (in_block + segs[i].length > block_mask + 1))) {
             ucs_error("shm wire %p: slot %zu names block %u (the pool has"
                       " %u) for %u bytes at %zu: not in the pool",
@@ -90,74 +89,68 @@ uct_remapring_wire_shm_write(uct_remapring_wire_t *wire,
             return UCS_ERR_INVALID_ADDR;
         }
 
-        uct_remapring_wire_copy_seg(direct->base +
-                                            ((size_t)block
-                                             << direct->block_shift) +
-                                            in_block,
-                                    &segs[i]);
+        remapring_wire_copy_seg(direct->base +
+                                        ((size_t)block << direct->block_shift) +
+                                        in_block,
+                                &segs[i]);
     }
 
     return UCS_OK;
 }
 
 static void
-uct_remapring_wire_shm_publish_tail(uct_remapring_wire_t *wire, uint64_t tail)
+remapring_wire_shm_publish_tail(remapring_wire_t *wire, uint64_t tail)
 {
     /* plain stores to shared memory above; the release store orders the
      * tail after them for the reader's load-acquire */
-    uct_remapring_ring_ctl_store_tail(((uct_remapring_wire_shm_t*)wire)->ctl,
-                                      tail);
+    remapring_ring_ctl_store_tail(((remapring_wire_shm_t *)wire)->ctl, tail);
 }
 
-static uint64_t uct_remapring_wire_shm_limit(uct_remapring_wire_t *wire)
+static uint64_t remapring_wire_shm_limit(remapring_wire_t *wire)
 {
-    return uct_remapring_ring_ctl_load_limit(
-            ((uct_remapring_wire_shm_t*)wire)->ctl);
+    return remapring_ring_ctl_load_limit(((remapring_wire_shm_t *)wire)->ctl);
 }
 
-static void uct_remapring_wire_shm_stalled(uct_remapring_wire_t *wire)
+static void remapring_wire_shm_stalled(remapring_wire_t *wire)
 {
-    uct_remapring_wire_ctl_stalled(((uct_remapring_wire_shm_t*)wire)->ctl);
+    remapring_wire_ctl_stalled(((remapring_wire_shm_t *)wire)->ctl);
 }
 
-static uint64_t uct_remapring_wire_shm_reclaim(uct_remapring_wire_t *wire)
+static uint64_t remapring_wire_shm_reclaim(remapring_wire_t *wire)
 {
-    return uct_remapring_wire_ctl_reclaim(((uct_remapring_wire_shm_t*)wire)->ctl);
+    return remapring_wire_ctl_reclaim(((remapring_wire_shm_t *)wire)->ctl);
 }
 
-static void uct_remapring_wire_shm_yield(uct_remapring_wire_t *wire,
-                                         uint64_t seq, uint64_t bound)
+static void
+remapring_wire_shm_yield(remapring_wire_t *wire, uint64_t seq, uint64_t bound)
 {
-    uct_remapring_wire_ctl_yield(((uct_remapring_wire_shm_t*)wire)->ctl, seq, bound);
+    remapring_wire_ctl_yield(((remapring_wire_shm_t *)wire)->ctl, seq, bound);
 }
 
-static void uct_remapring_wire_shm_destroy(uct_remapring_wire_t *wire)
+static void remapring_wire_shm_destroy(remapring_wire_t *wire)
 {
-    uct_remapring_wire_shm_t *shm = (uct_remapring_wire_shm_t*)wire;
+    remapring_wire_shm_t *shm = (remapring_wire_shm_t *)wire;
 
     munmap(shm->super.direct.base, shm->pool_size);
     close(shm->pool_fd);
     free(shm);
 }
 
-static const uct_remapring_wire_ops_t uct_remapring_wire_shm_ops = {
-    .write         = uct_remapring_wire_shm_write,
-    .publish_tail  = uct_remapring_wire_shm_publish_tail,
-    .limit         = uct_remapring_wire_shm_limit,
-    .stalled       = uct_remapring_wire_shm_stalled,
-    .reclaim       = uct_remapring_wire_shm_reclaim,
-    .yield         = uct_remapring_wire_shm_yield,
-    .destroy       = uct_remapring_wire_shm_destroy
-};
+static const remapring_wire_ops_t remapring_wire_shm_ops = {
+        .write        = remapring_wire_shm_write,
+        .publish_tail = remapring_wire_shm_publish_tail,
+        .limit        = remapring_wire_shm_limit,
+        .stalled      = remapring_wire_shm_stalled,
+        .reclaim      = remapring_wire_shm_reclaim,
+        .yield        = remapring_wire_shm_yield,
+        .destroy      = remapring_wire_shm_destroy};
 
-ucs_status_t uct_remapring_wire_shm_create(int pool_fd, size_t block_size,
-                                           uint32_t pool_blocks,
-                                           const uint32_t *slot_table,
-                                           size_t window_size,
-                                           uct_remapring_ring_ctl_t *ctl,
-                                           uct_remapring_wire_t **wire_p)
+ucs_status_t
+remapring_wire_shm_create(int pool_fd, size_t block_size, uint32_t pool_blocks,
+                          const uint32_t *slot_table, size_t window_size,
+                          remapring_ring_ctl_t *ctl, remapring_wire_t **wire_p)
 {
-    uct_remapring_wire_shm_t *shm;
+    remapring_wire_shm_t *shm;
     size_t file_size;
 
     if (!ucs_is_pow2(block_size) || (window_size < block_size) ||
@@ -168,7 +161,7 @@ ucs_status_t uct_remapring_wire_shm_create(int pool_fd, size_t block_size,
         return UCS_ERR_INVALID_PARAM;
     }
 
-    if (uct_remapring_pool_check_fd(pool_fd, &file_size) != UCS_OK) {
+    if (remapring_pool_check_fd(pool_fd, &file_size) != UCS_OK) {
         ucs_error("shm wire: pool fd %d is not a pool sealed against"
                   " shrinking", pool_fd);
         return UCS_ERR_UNSUPPORTED;
@@ -187,7 +180,7 @@ ucs_status_t uct_remapring_wire_shm_create(int pool_fd, size_t block_size,
         return UCS_ERR_IO_ERROR;
     }
 
-    shm->super.ops                = &uct_remapring_wire_shm_ops;
+    shm->super.ops                = &remapring_wire_shm_ops;
     shm->super.window_size        = window_size;
     shm->super.can_stamp          = 1;
     shm->super.direct.block_shift = ucs_ilog2(block_size);

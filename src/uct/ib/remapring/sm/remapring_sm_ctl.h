@@ -2,8 +2,8 @@
  * Copyright (c) remapring contributors. See file LICENSE for terms.
  */
 
-#ifndef UCT_REMAPRING_CONN_H_
-#define UCT_REMAPRING_CONN_H_
+#ifndef UCT_REMAPRING_SM_CTL_H_
+#define UCT_REMAPRING_SM_CTL_H_
 
 /*
  * The connection protocol between sending interfaces and a receiving
@@ -73,13 +73,11 @@
  * thus never lost; in that rare race it waits for the sweep (at most
  * sleeping rings x the period, in progress calls). A close or a reclaim
  * answer rings unconditionally or is found the same way.
- *
- * Liveness: another process is watched through a pidfd, which also sees a
- * zombie as gone, or by its pid where pidfd_open is unavailable (Linux
- * before 5.3, seccomp filters, valgrind).
  */
 
-#include <uct/ib/remapring/ring.h>
+#include "remapring_sm_proc.h"
+
+#include <uct/ib/remapring/ring/ring.h>
 
 #include <ucs/datastruct/list.h>
 #include <ucs/sys/compiler_def.h>
@@ -138,7 +136,7 @@ typedef struct uct_remapring_conn {
     uint64_t                 sender_id;                    /* sender */
     uint32_t                 wire;     /* sender: uct_remapring_wire_type_t */
     uint32_t                 armed      UCS_V_ALIGNED(64); /* receiver */
-    uct_remapring_ring_ctl_t ring;
+    remapring_ring_ctl_t ring;
 } UCS_V_ALIGNED(64) uct_remapring_conn_t;
 
 
@@ -172,35 +170,6 @@ typedef struct uct_remapring_iface_addr {
     uint64_t pid_ns;     /* pid namespace of @a pid */
     uint32_t max_payload; /* largest payload the receiver's rings take */
 } UCS_S_PACKED uct_remapring_iface_addr_t;
-
-
-typedef struct uct_remapring_proc uct_remapring_proc_t;
-
-
-/** Called from uct_remapring_watch_poll() for a process that exited */
-typedef void (*uct_remapring_proc_exit_cb_t)(uct_remapring_proc_t *proc);
-
-
-/**
- * Another process, watched for its exit; embedded in its owner's state.
- */
-struct uct_remapring_proc {
-    pid_t                        pid;
-    int                          pidfd;      /* or -1: by pid alone */
-    unsigned long                start_time; /* without pidfd: pid reuse */
-    uct_remapring_proc_exit_cb_t exit_cb;    /* or NULL: not in a watch */
-    ucs_list_link_t              list;       /* without pidfd, in watch */
-};
-
-
-/**
- * The processes one interface watches: their pidfds in one epoll set, so
- * that one system call tells whether any of them exited.
- */
-typedef struct uct_remapring_watch {
-    int             epfd;
-    ucs_list_link_t by_pid; /* watched without pidfd */
-} uct_remapring_watch_t;
 
 
 /**
@@ -326,54 +295,6 @@ static inline void uct_remapring_conn_set_state(uct_remapring_conn_t *conn,
 {
     __atomic_store_n(&conn->state, state, __ATOMIC_RELEASE);
 }
-
-
-/* ------------------------------------------------------------------------ */
-/* Liveness                                                                 */
-/* ------------------------------------------------------------------------ */
-
-/**
- * Make an empty watch.
- */
-ucs_status_t uct_remapring_watch_init(uct_remapring_watch_t *watch);
-
-
-/**
- * Free a watch; every process must have been closed.
- */
-void uct_remapring_watch_cleanup(uct_remapring_watch_t *watch);
-
-
-/**
- * Call the exit callback of every watched process that exited. A callback
- * may close its own process, and no other.
- */
-void uct_remapring_watch_poll(uct_remapring_watch_t *watch);
-
-
-/**
- * Start watching process @a pid; @a exit_cb is called from
- * uct_remapring_watch_poll() once it exited, until the process is closed.
- *
- * @return UCS_OK, or UCS_ERR_UNREACHABLE if it does not exist (not logged).
- */
-ucs_status_t uct_remapring_proc_open(uct_remapring_watch_t *watch, pid_t pid,
-                                     uct_remapring_proc_exit_cb_t exit_cb,
-                                     uct_remapring_proc_t *proc);
-
-
-/**
- * Whether the process exited (a zombie counts, where a pidfd watches it; a
- * reused pid counts, where the pid alone is watched).
- */
-int uct_remapring_proc_exited(const uct_remapring_proc_t *proc);
-
-
-/**
- * Stop watching.
- */
-void uct_remapring_proc_close(uct_remapring_watch_t *watch,
-                              uct_remapring_proc_t *proc);
 
 
 /* ------------------------------------------------------------------------ */

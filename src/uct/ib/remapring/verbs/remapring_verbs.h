@@ -6,7 +6,7 @@
 #define UCT_REMAPRING_VERBS_H_
 
 /*
- * The verbs wire: the ring over RDMA, between hosts.
+ * The RDMA transport ("remapring_verbs"): the ring over RDMA, between hosts.
  *
  * Devices are the ports of the verbs devices that carry an IP address
  * (RoCE: an IPv4-mapped GID), "rxe0:1"; each has its memory domain (the
@@ -57,7 +57,9 @@
  * drains what arrived and frees the ring.
  */
 
-#include "remapring_iface.h"
+#include <uct/ib/remapring/base/remapring_ep.h>
+#include <uct/ib/remapring/base/remapring_iface.h>
+#include <uct/ib/remapring/base/remapring_md.h>
 
 #include <infiniband/verbs.h>
 #include <rdma/rdma_cma.h>
@@ -80,6 +82,31 @@
 
 
 /**
+ * How the ring is placed in a receiver's memory on a verbs device.
+ */
+typedef enum {
+    UCT_REMAPRING_VERBS_MODE_AUTO, /* odp if the device has it */
+    UCT_REMAPRING_VERBS_MODE_ODP,
+    UCT_REMAPRING_VERBS_MODE_PINNED,
+    UCT_REMAPRING_VERBS_MODE_LAST
+} uct_remapring_verbs_mode_t;
+
+
+/**
+ * Transport configuration (UCX_REMAPRING_VERBS_*, and UCX_REMAPRING_* for
+ * the settings every transport on the ring shares).
+ */
+typedef struct uct_remapring_verbs_iface_config {
+    uct_remapring_iface_config_t super;
+    int mode; /* uct_remapring_verbs_mode_t */
+    unsigned sq_size;
+    unsigned srq_size;
+    size_t staging;
+    unsigned timeout;
+} uct_remapring_verbs_iface_config_t;
+
+
+/**
  * A verbs device, as its memory domain opened it.
  */
 typedef struct uct_remapring_verbs_dev {
@@ -91,6 +118,24 @@ typedef struct uct_remapring_verbs_dev {
     unsigned           max_rd_atomic;
     char               name[IBV_SYSFS_NAME_MAX];
 } uct_remapring_verbs_dev_t;
+
+
+/**
+ * The memory domain of a verbs device.
+ */
+typedef struct uct_remapring_verbs_md {
+    uct_remapring_md_t super;
+    uct_remapring_verbs_dev_t *dev;
+} uct_remapring_verbs_md_t;
+
+
+/**
+ * Memory handle of a verbs registration.
+ */
+typedef struct uct_remapring_verbs_memh {
+    uct_remapring_memh_t super;
+    struct ibv_mr *mr;
+} uct_remapring_verbs_memh_t;
 
 
 /**
@@ -213,6 +258,16 @@ KHASH_MAP_INIT_INT(uct_remapring_vconns, uct_remapring_vconn_t*);
 
 
 /**
+ * A sending interface's connection to a receiver on another host.
+ */
+typedef struct uct_remapring_verbs_peer {
+    uct_remapring_peer_t super;
+    uct_remapring_vconn_t *vconn; /* its RC connection */
+    uint64_t iface_id; /* of the receiving interface */
+} uct_remapring_verbs_peer_t;
+
+
+/**
  * One RC connection, either side: a sender's to a receiving interface, or
  * a receiver's from one sender.
  */
@@ -258,8 +313,8 @@ struct uct_remapring_vconn {
     int                        pinned;
 
     /* receiver */
-    uct_remapring_ring_t       *ring;
-    uct_remapring_ring_ctl_t   ctl;       /* private: no one else maps it */
+    remapring_ring_t *ring;
+    remapring_ring_ctl_t ctl; /* private: no one else maps it */
     uint32_t                   *slots;    /* the ring's slot table mirror */
     struct ibv_mr              *view_mr;  /* odp */
     uct_remapring_verbs_slot_t *credit_table; /* pinned: source of credits */
@@ -276,9 +331,10 @@ struct uct_remapring_vconn {
 
 
 /**
- * The verbs part of an interface.
+ * Interface of the RDMA transport.
  */
 typedef struct uct_remapring_verbs_iface {
+    uct_remapring_iface_t super;
     uct_remapring_verbs_dev_t  *dev;
     uint8_t                    port_num;
     uct_remapring_verbs_mode_t mode;     /* ODP or PINNED */
@@ -300,6 +356,7 @@ typedef struct uct_remapring_verbs_iface {
     size_t                     pool_block_size;
     unsigned                   nrx;
     unsigned                   cm_calls; /* progress calls since CM poll */
+    unsigned check_calls; /* since the pool's upkeep */
     uint32_t                   *pool_rkeys; /* pinned: per pool block */
     struct ibv_mr              **pool_mrs;
     unsigned                   npool_mrs;
@@ -308,40 +365,12 @@ typedef struct uct_remapring_verbs_iface {
 
 /* --------------------------------------------------------- memory domain */
 
-/** Append the verbs devices to the component's memory domain resources */
-ucs_status_t
-uct_remapring_verbs_query_md_resources(uct_md_resource_desc_t **resources_p,
-                                       unsigned *num_resources_p);
+/** Name of the component of the verbs memory domains; its transport is
+ *  "remapring", as the shared-memory one */
+#define UCT_REMAPRING_VERBS_COMPONENT_NAME "remapring_verbs"
 
-/** Open the memory domain of verbs device @a name */
-ucs_status_t uct_remapring_verbs_md_open(uct_component_t *component,
-                                         const char *name,
-                                         const uct_md_config_t *config,
-                                         uct_md_h *md_p);
-
-/** Whether @a md is a verbs memory domain */
-int uct_remapring_md_is_verbs(uct_md_h md);
-
-/** The IP address of port @a port of @a ctx, and the index and value of
- *  its GID; false if it has none */
-/** Once per device, where it reports ODP: where its ODP writes land
- *  (sets odp_rec_align, or clears odp when they land elsewhere) */
-void uct_remapring_verbs_dev_probe_odp(uct_remapring_verbs_dev_t *dev);
-
-int uct_remapring_verbs_port_gid(struct ibv_context *ctx, uint8_t port,
-                                 struct sockaddr_storage *ss, int *index_p,
-                                 union ibv_gid *gid_p);
-
-/** The IP address of port @a port of @a ctx; false if it has none */
-int uct_remapring_verbs_port_addr(struct ibv_context *ctx, uint8_t port,
-                                  struct sockaddr_storage *ss);
-
-/** Unpack a verbs remote key; UCS_ERR_NO_ELEM if it is not one */
-ucs_status_t uct_remapring_verbs_rkey_unpack(const void *rkey_buffer,
-                                             uct_rkey_t *rkey_p);
-
-
-/* ------------------------------------------------------------- interface */
+/** The component of the verbs memory domains and of the RDMA transport */
+extern uct_component_t uct_remapring_verbs_component;
 
 /** The ports of a verbs memory domain's device that carry an address */
 ucs_status_t
@@ -349,90 +378,18 @@ uct_remapring_verbs_query_tl_devices(uct_md_h md,
                                      uct_tl_device_resource_t **devices_p,
                                      unsigned *num_devices_p);
 
-/** Interface operations of a verbs interface (its table is in
- *  remapring_iface.c, with the operations all wires share) */
-unsigned uct_remapring_verbs_iface_progress(uct_iface_h tl_iface);
-ucs_status_t uct_remapring_verbs_iface_flush(uct_iface_h tl_iface,
-                                             unsigned flags,
-                                             uct_completion_t *comp);
-ucs_status_t uct_remapring_verbs_iface_query(uct_iface_h tl_iface,
-                                             uct_iface_attr_t *iface_attr);
-ucs_status_t uct_remapring_verbs_iface_get_address(uct_iface_h tl_iface,
-                                                   uct_iface_addr_t *addr);
-ucs_status_t
-uct_remapring_verbs_iface_get_device_address(uct_iface_h tl_iface,
-                                             uct_device_addr_t *addr);
-int uct_remapring_verbs_iface_is_reachable(const uct_iface_h tl_iface,
-                                           const uct_device_addr_t *dev_addr,
-                                           const uct_iface_addr_t *iface_addr);
+/** Once per device, where it reports ODP: where its ODP writes land
+ *  (sets odp_rec_align, or clears odp when they land elsewhere) */
+void uct_remapring_verbs_dev_probe_odp(uct_remapring_verbs_dev_t *dev);
 
-/** Endpoint operations of the verbs wire: RDMA READ and WRITE, flush */
-ucs_status_t uct_remapring_verbs_ep_put_short(uct_ep_h tl_ep,
-                                              const void *buffer,
-                                              unsigned length,
-                                              uint64_t remote_addr,
-                                              uct_rkey_t rkey);
-ssize_t uct_remapring_verbs_ep_put_bcopy(uct_ep_h tl_ep,
-                                         uct_pack_callback_t pack_cb,
-                                         void *arg, uint64_t remote_addr,
-                                         uct_rkey_t rkey);
-ucs_status_t uct_remapring_verbs_ep_put_zcopy(uct_ep_h tl_ep,
-                                              const uct_iov_t *iov,
-                                              size_t iovcnt,
-                                              uint64_t remote_addr,
-                                              uct_rkey_t rkey,
-                                              uct_completion_t *comp);
-ucs_status_t uct_remapring_verbs_ep_get_bcopy(uct_ep_h tl_ep,
-                                              uct_unpack_callback_t unpack_cb,
-                                              void *arg, size_t length,
-                                              uint64_t remote_addr,
-                                              uct_rkey_t rkey,
-                                              uct_completion_t *comp);
-ucs_status_t uct_remapring_verbs_ep_get_zcopy(uct_ep_h tl_ep,
-                                              const uct_iov_t *iov,
-                                              size_t iovcnt,
-                                              uint64_t remote_addr,
-                                              uct_rkey_t rkey,
-                                              uct_completion_t *comp);
-ucs_status_t uct_remapring_verbs_ep_flush(uct_ep_h tl_ep, unsigned flags,
-                                          uct_completion_t *comp);
-ucs_status_t uct_remapring_verbs_ep_check(uct_ep_h tl_ep, unsigned flags,
-                                          uct_completion_t *comp);
+/** The IP address of port @a port of @a ctx, and the index and value of
+ *  its GID; false if it has none */
+int uct_remapring_verbs_port_gid(struct ibv_context *ctx, uint8_t port,
+                                 struct sockaddr_storage *ss, int *index_p,
+                                 union ibv_gid *gid_p);
 
-/** Make the verbs part of @a iface on device @a dev_name; the pool params
- *  are adjusted for the mode before the pool is made */
-ucs_status_t
-uct_remapring_verbs_iface_init(uct_remapring_iface_t *iface,
-                               const char *dev_name,
-                               const uct_remapring_iface_config_t *config,
-                               uct_remapring_pool_params_t *pool_params);
-
-/** Start listening, once the pool exists */
-ucs_status_t uct_remapring_verbs_iface_listen(uct_remapring_iface_t *iface);
-
-/** Free the verbs part of @a iface */
-void uct_remapring_verbs_iface_cleanup(uct_remapring_iface_t *iface);
-
-
-/* -------------------------------------------------------------- senders */
-
-/** Connect a new peer to the receiving interface at the given addresses */
-ucs_status_t
-uct_remapring_verbs_peer_connect(uct_remapring_peer_t *peer,
-                                 const uct_remapring_verbs_dev_addr_t *dev,
-                                 const uct_remapring_verbs_iface_addr_t *addr);
-
-/**
- * Whether the connection of @a peer has the send requests and the staging
- * room a send of @a length payload bytes may take (a record and a PAD
- * record): false tells the caller to queue its request as pending rather
- * than retry it at once (UCX_ERR_BUSY from pending_add would make UCP
- * retry without progress while only completions can free them).
- */
-int uct_remapring_verbs_peer_can_post(const uct_remapring_peer_t *peer,
-                                      size_t length);
-
-/** Disconnect and free the verbs connection of a peer */
-void uct_remapring_verbs_peer_destroy(uct_remapring_peer_t *peer);
+/** The IP address of port @a port of @a ctx; false if it has none */
+int uct_remapring_verbs_port_addr(struct ibv_context *ctx, uint8_t port,
+                                  struct sockaddr_storage *ss);
 
 #endif

@@ -12,12 +12,15 @@
 
 #include "remapring_verbs.h"
 
-#include "remapring_ep.h"
+#include <uct/ib/remapring/base/remapring_ep.inl>
+#include <uct/ib/remapring/base/remapring_iface.inl>
 
 #include <ucs/arch/bitops.h>
 #include <ucs/debug/log.h>
 #include <ucs/debug/memtrack_int.h>
 #include <ucs/sys/math.h>
+#include <ucs/sys/preprocessor.h>
+#include <ucs/sys/sock.h>
 #include <ucs/sys/string.h>
 #include <ucs/sys/sys.h>
 #include <ucs/time/time.h>
@@ -35,6 +38,8 @@
 #define UCT_REMAPRING_VERBS_POLL_BATCH   16
 /* Progress calls between two looks at the connection manager's channel */
 #define UCT_REMAPRING_VERBS_CM_PERIOD    64
+/* Looks at the channel between two of the pool's and copies' upkeep */
+#define UCT_REMAPRING_VERBS_MAINTAIN_PERIOD 1024
 /* rdma_cm address and route resolution, milliseconds */
 #define UCT_REMAPRING_VERBS_RESOLVE_MS   5000
 /* wr_id of receive requests, and of unsignaled sends (never reported) */
@@ -49,41 +54,97 @@
 #define UCT_REMAPRING_VERBS_OVH_US       0.5
 
 
+/* Limits of the transport's own settings, named once for the check and the
+ * help texts */
+#define UCT_REMAPRING_VERBS_SQ_SIZE_MIN  16
+#define UCT_REMAPRING_VERBS_SQ_SIZE_MAX  16384
+#define UCT_REMAPRING_VERBS_SRQ_SIZE_MIN 64
+#define UCT_REMAPRING_VERBS_SRQ_SIZE_MAX 65536
+#define UCT_REMAPRING_VERBS_TIMEOUT_MAX  31
+
+
+static const char *uct_remapring_verbs_mode_names[] = {
+        [UCT_REMAPRING_VERBS_MODE_AUTO]   = "auto",
+        [UCT_REMAPRING_VERBS_MODE_ODP]    = "odp",
+        [UCT_REMAPRING_VERBS_MODE_PINNED] = "pinned",
+        [UCT_REMAPRING_VERBS_MODE_LAST]   = NULL};
+
+/* clang-format off */
+static ucs_config_field_t uct_remapring_verbs_iface_config_table[] = {
+    {"", "", NULL,
+     ucs_offsetof(uct_remapring_verbs_iface_config_t, super),
+     UCS_CONFIG_TYPE_TABLE(uct_remapring_iface_config_table)},
+
+    {"VERBS_MODE", "auto",
+     "How a receiver places the ring its senders write:\n"
+     " odp    - the ring view is registered with explicit On-Demand Paging:\n"
+     "          a block remapped under a slot is followed by the device.\n"
+     " pinned - the pool is registered (pinned) as it grows; each credit\n"
+     "          tells the sender which block backs each slot it grants.\n"
+     " auto   - odp where the device reports it for RC WRITE, else pinned.",
+     ucs_offsetof(uct_remapring_verbs_iface_config_t, mode),
+     UCS_CONFIG_TYPE_ENUM(uct_remapring_verbs_mode_names)},
+
+    {"VERBS_SQ_SIZE", "256",
+     "Send queue of each RC connection: requests a sender may have in flight\n"
+     "to one receiver. Between "
+     UCS_PP_MAKE_STRING(UCT_REMAPRING_VERBS_SQ_SIZE_MIN) " and "
+     UCS_PP_MAKE_STRING(UCT_REMAPRING_VERBS_SQ_SIZE_MAX) ".",
+     ucs_offsetof(uct_remapring_verbs_iface_config_t, sq_size),
+     UCS_CONFIG_TYPE_UINT},
+
+    {"VERBS_SRQ_SIZE", "1024",
+     "Receive requests an interface keeps posted, shared by all its\n"
+     "connections: one is taken by each record's immediate. Between "
+     UCS_PP_MAKE_STRING(UCT_REMAPRING_VERBS_SRQ_SIZE_MIN) "\nand "
+     UCS_PP_MAKE_STRING(UCT_REMAPRING_VERBS_SRQ_SIZE_MAX) ".",
+     ucs_offsetof(uct_remapring_verbs_iface_config_t, srq_size),
+     UCS_CONFIG_TYPE_UINT},
+
+    {"VERBS_STAGING", "auto",
+     "Registered buffer a sender copies each record into before the device\n"
+     "writes it, per connection. auto: RING_SLOTS * BLOCK_SIZE; at least\n"
+     "2 * BLOCK_SIZE.",
+     ucs_offsetof(uct_remapring_verbs_iface_config_t, staging),
+     UCS_CONFIG_TYPE_MEMUNITS},
+
+    {"VERBS_TIMEOUT", "18",
+     "ACK timeout of the RC QPs, as the exponent of 4.096 us (18: about 1 s),\n"
+     "retried 7 times; at most "
+     UCS_PP_MAKE_STRING(UCT_REMAPRING_VERBS_TIMEOUT_MAX) ". A peer process that exits is seen at\n"
+     "once (its kernel disconnects); a peer host that stops answering after\n"
+     "the retries. The figures reported to UCP when BW, LATENCY and OVERHEAD\n"
+     "are auto: the port's link speed, "
+     UCS_PP_MAKE_STRING(UCT_REMAPRING_VERBS_LAT_US) "us and "
+     UCS_PP_MAKE_STRING(UCT_REMAPRING_VERBS_OVH_US) "us.",
+     ucs_offsetof(uct_remapring_verbs_iface_config_t, timeout),
+     UCS_CONFIG_TYPE_UINT},
+
+    {NULL}
+};
+/* clang-format on */
+
+
 static ucs_status_t uct_remapring_vconn_send_credit(uct_remapring_vconn_t *vconn);
 static void uct_remapring_verbs_poll_cq(uct_remapring_iface_t *iface);
 
 
-static inline uct_remapring_verbs_iface_t *
-uct_remapring_verbs(const uct_remapring_iface_t *iface)
+static UCS_F_ALWAYS_INLINE uct_remapring_verbs_iface_t *
+uct_remapring_verbs(uct_remapring_iface_t *iface)
 {
-    return iface->verbs;
+    return ucs_derived_of(iface, uct_remapring_verbs_iface_t);
+}
+
+static UCS_F_ALWAYS_INLINE uct_remapring_verbs_peer_t *
+uct_remapring_verbs_peer(uct_remapring_peer_t *peer)
+{
+    return ucs_derived_of(peer, uct_remapring_verbs_peer_t);
 }
 
 static const char *uct_remapring_verbs_mode_str(uct_remapring_verbs_mode_t mode)
 {
     return (mode == UCT_REMAPRING_VERBS_MODE_ODP) ? "odp" : "pinned";
 }
-
-/* "10.0.3.2:4791" */
-static void uct_remapring_verbs_addr_str(const struct sockaddr *sa, char *buf,
-                                         size_t max)
-{
-    char ip[INET6_ADDRSTRLEN] = "?";
-    uint16_t port             = 0;
-
-    if (sa->sa_family == AF_INET) {
-        inet_ntop(AF_INET, &((const struct sockaddr_in*)sa)->sin_addr, ip,
-                  sizeof(ip));
-        port = ntohs(((const struct sockaddr_in*)sa)->sin_port);
-    } else if (sa->sa_family == AF_INET6) {
-        inet_ntop(AF_INET6, &((const struct sockaddr_in6*)sa)->sin6_addr, ip,
-                  sizeof(ip));
-        port = ntohs(((const struct sockaddr_in6*)sa)->sin6_port);
-    }
-
-    ucs_snprintf_zero(buf, max, "%s:%u", ip, port);
-}
-
 
 /* -------------------------------------------------------------- requests */
 
@@ -135,8 +196,7 @@ uct_remapring_vconn_post(uct_remapring_vconn_t *vconn,
 
     ret = ibv_post_send(vconn->qp, wr, &bad_wr);
     if (ret != 0) {
-        ucs_error("remapring: ibv_post_send to %s failed: %s", vconn->name,
-                  strerror(ret));
+        ucs_error("ibv_post_send to %s failed: %s", vconn->name, strerror(ret));
         return UCS_ERR_IO_ERROR;
     }
 
@@ -181,12 +241,17 @@ static void *uct_remapring_vconn_staging(uct_remapring_vconn_t *vconn,
     return vconn->staging + (head & (vconn->staging_size - 1));
 }
 
-int uct_remapring_verbs_peer_can_post(const uct_remapring_peer_t *peer,
-                                      size_t length)
+/* Whether the connection of @a peer has the send requests and the staging
+ * room a send of @a length payload bytes may take (a record and a PAD
+ * record): false tells the caller to queue its request as pending rather
+ * than retry it at once (UCS_ERR_BUSY from pending_add would make UCP retry
+ * without progress while only completions can free them). */
+static int
+uct_remapring_verbs_peer_can_post(uct_remapring_peer_t *peer, size_t length)
 {
-    const uct_remapring_vconn_t *vconn = peer->vconn;
+    const uct_remapring_vconn_t *vconn = uct_remapring_verbs_peer(peer)->vconn;
     size_t align  = vconn->rep.rec_align ? vconn->rep.rec_align :
-                    UCT_REMAPRING_RING_ALIGN;
+                                           REMAPRING_RING_ALIGN;
     size_t needed = ucs_align_up_pow2(length + 2 * align,
                                       UCT_REMAPRING_VERBS_STAGING_ALIGN);
     size_t offset = vconn->staging_head & (vconn->staging_size - 1);
@@ -218,9 +283,9 @@ static void uct_remapring_vconn_op_done(uct_remapring_vconn_t *vconn,
     uct_remapring_verbs_op_t *op;
 
     if ((vconn->ops_count == 0) || (wr_id != vconn->ops_head)) {
-        ucs_error("remapring: completion %" PRIu64 " of %s out of order"
-                  " (expected %u of %u)", wr_id, vconn->name, vconn->ops_head,
-                  vconn->ops_count);
+        ucs_error("completion %" PRIu64 " of %s out of order"
+                  " (expected %u of %u)",
+                  wr_id, vconn->name, vconn->ops_head, vconn->ops_count);
         return;
     }
 
@@ -256,7 +321,7 @@ static void uct_remapring_vconn_op_done(uct_remapring_vconn_t *vconn,
  * posts the last one with the new tail as its immediate.
  */
 typedef struct uct_remapring_vwire {
-    uct_remapring_wire_t  super;
+    remapring_wire_t super;
     uct_remapring_vconn_t *vconn;
 } uct_remapring_vwire_t;
 
@@ -309,9 +374,9 @@ static ucs_status_t uct_remapring_vconn_write_run(uct_remapring_vconn_t *vconn,
                                     NULL, NULL);
 }
 
-static ucs_status_t
-uct_remapring_vwire_write(uct_remapring_wire_t *wire,
-                          const uct_remapring_wire_seg_t *segs, unsigned nsegs)
+static ucs_status_t uct_remapring_vwire_write(remapring_wire_t *wire,
+                                              const remapring_wire_seg_t *segs,
+                                              unsigned nsegs)
 {
     uct_remapring_vconn_t *vconn = ((uct_remapring_vwire_t*)wire)->vconn;
     struct {
@@ -331,8 +396,7 @@ uct_remapring_vwire_write(uct_remapring_wire_t *wire,
             ((segs[i].offset >> vconn->block_shift) !=
              (runs[nruns - 1].start >> vconn->block_shift))) {
             if (nruns == ucs_static_array_size(runs)) {
-                ucs_error("remapring: a send to %s spans more than 2 slots",
-                          vconn->name);
+                ucs_error("a send to %s spans more than 2 slots", vconn->name);
                 return UCS_ERR_INVALID_PARAM;
             }
             runs[nruns].start = segs[i].offset;
@@ -385,11 +449,11 @@ uct_remapring_vwire_write(uct_remapring_wire_t *wire,
     return UCS_OK;
 }
 
-static void uct_remapring_vwire_publish_tail(uct_remapring_wire_t *wire,
-                                             uint64_t tail)
+static void
+uct_remapring_vwire_publish_tail(remapring_wire_t *wire, uint64_t tail)
 {
     uct_remapring_vconn_t *vconn = ((uct_remapring_vwire_t*)wire)->vconn;
-    uint32_t imm = (uint32_t)(tail / UCT_REMAPRING_RING_ALIGN) &
+    uint32_t imm                 = (uint32_t)(tail / REMAPRING_RING_ALIGN) &
                    UCT_REMAPRING_VERBS_IMM_MASK;
     ucs_status_t status;
 
@@ -410,14 +474,14 @@ static void uct_remapring_vwire_publish_tail(uct_remapring_wire_t *wire,
     }
 }
 
-static uint64_t uct_remapring_vwire_limit(uct_remapring_wire_t *wire)
+static uint64_t uct_remapring_vwire_limit(remapring_wire_t *wire)
 {
     return ((uct_remapring_vwire_t*)wire)->vconn->limit;
 }
 
 /* Out of credit: an empty write whose immediate asks for a larger grant,
  * once until credit comes */
-static void uct_remapring_vwire_stalled(uct_remapring_wire_t *wire)
+static void uct_remapring_vwire_stalled(remapring_wire_t *wire)
 {
     uct_remapring_vconn_t *vconn = ((uct_remapring_vwire_t*)wire)->vconn;
     uint32_t imm;
@@ -427,29 +491,29 @@ static void uct_remapring_vwire_stalled(uct_remapring_wire_t *wire)
         return;
     }
 
-    imm = ((uint32_t)(vconn->tail / UCT_REMAPRING_RING_ALIGN) &
-           UCT_REMAPRING_VERBS_IMM_MASK) | UCT_REMAPRING_VERBS_IMM_STALL;
+    imm = ((uint32_t)(vconn->tail / REMAPRING_RING_ALIGN) &
+           UCT_REMAPRING_VERBS_IMM_MASK) |
+          UCT_REMAPRING_VERBS_IMM_STALL;
     if (uct_remapring_vconn_write_run(vconn, vconn->tail, vconn->tail, 0, 1,
                                       imm) == UCS_OK) {
         vconn->stall_sent = 1;
     }
 }
 
-static void uct_remapring_vwire_destroy(uct_remapring_wire_t *wire)
+static void uct_remapring_vwire_destroy(remapring_wire_t *wire)
 {
     ucs_free(wire);
 }
 
-static const uct_remapring_wire_ops_t uct_remapring_vwire_ops = {
-    .write        = uct_remapring_vwire_write,
-    .publish_tail = uct_remapring_vwire_publish_tail,
-    .limit        = uct_remapring_vwire_limit,
-    .stalled      = uct_remapring_vwire_stalled,
-    .reclaim      = NULL, /* the limit travels in immediates: a verbs ring
+static const remapring_wire_ops_t uct_remapring_vwire_ops = {
+        .write        = uct_remapring_vwire_write,
+        .publish_tail = uct_remapring_vwire_publish_tail,
+        .limit        = uct_remapring_vwire_limit,
+        .stalled      = uct_remapring_vwire_stalled,
+        .reclaim      = NULL, /* the limit travels in immediates: a verbs ring
                              keeps its slots */
-    .yield        = NULL,
-    .destroy      = uct_remapring_vwire_destroy
-};
+        .yield        = NULL,
+        .destroy      = uct_remapring_vwire_destroy};
 
 
 /* ------------------------------------------------------- connections */
@@ -472,9 +536,9 @@ static ucs_status_t uct_remapring_verbs_cq_reserve(uct_remapring_iface_t *iface)
 
     if (((int)need > attr.max_cqe) ||
         (ibv_resize_cq(verbs->cq, ucs_min((int)need * 2, attr.max_cqe)) != 0)) {
-        ucs_error("remapring: %s: no room in the CQ for another connection"
-                  " (%u entries needed, %d there)", verbs->dev->name, need,
-                  verbs->cq->cqe);
+        ucs_error("%s: no room in the CQ for another connection"
+                  " (%u entries needed, %d there)",
+                  verbs->dev->name, need, verbs->cq->cqe);
         return UCS_ERR_EXCEEDS_LIMIT;
     }
 
@@ -498,8 +562,7 @@ static ucs_status_t uct_remapring_vconn_create_qp(uct_remapring_vconn_t *vconn)
     vconn->ops = ucs_calloc(verbs->sq_size, sizeof(*vconn->ops),
                             "remapring_verbs_ops");
     if (vconn->ops == NULL) {
-        ucs_error("remapring: failed to allocate requests of %s",
-                  vconn->name);
+        ucs_error("failed to allocate requests of %s", vconn->name);
         return UCS_ERR_NO_MEMORY;
     }
 
@@ -510,7 +573,7 @@ static ucs_status_t uct_remapring_vconn_create_qp(uct_remapring_vconn_t *vconn)
     attr.cap.max_send_wr  = verbs->sq_size;
     attr.cap.max_send_sge = UCT_REMAPRING_MAX_IOV;
     if (rdma_create_qp(vconn->id, verbs->dev->pd, &attr) != 0) {
-        ucs_error("remapring: rdma_create_qp for %s failed: %m", vconn->name);
+        ucs_error("rdma_create_qp for %s failed: %m", vconn->name);
         return UCS_ERR_IO_ERROR;
     }
 
@@ -524,8 +587,7 @@ static ucs_status_t uct_remapring_vconn_create_qp(uct_remapring_vconn_t *vconn)
 
     iter = kh_put(uct_remapring_vconns, &verbs->qps, vconn->qp->qp_num, &ret);
     if (ret == UCS_KH_PUT_FAILED) {
-        ucs_error("remapring: failed to add QP 0x%x to the hash",
-                  vconn->qp->qp_num);
+        ucs_error("failed to add QP 0x%x to the hash", vconn->qp->qp_num);
         return UCS_ERR_NO_MEMORY;
     }
 
@@ -615,7 +677,7 @@ static void uct_remapring_rx_vconn_free(uct_remapring_vconn_t *vconn)
 {
     uct_remapring_verbs_iface_t *verbs = uct_remapring_verbs(vconn->iface);
 
-    ucs_debug("remapring: ring from %s closed", vconn->name);
+    ucs_debug("ring from %s closed", vconn->name);
     uct_remapring_rx_vconn_set_idle(vconn);
     ucs_list_del(&vconn->list);
     --verbs->nrx;
@@ -628,7 +690,7 @@ static void uct_remapring_rx_vconn_free(uct_remapring_vconn_t *vconn)
     uct_remapring_vconn_dereg(&vconn->credit_table_mr);
     if (vconn->ring != NULL) {
         /* held messages keep their blocks */
-        uct_remapring_ring_destroy(vconn->ring);
+        remapring_ring_destroy(vconn->ring);
         vconn->ring = NULL;
     }
     ucs_free(vconn->credit_table);
@@ -641,8 +703,7 @@ static void uct_remapring_rx_vconn_fail(uct_remapring_vconn_t *vconn,
                                         const char *reason)
 {
     if (reason != NULL) {
-        ucs_error("remapring: connection from %s failed: %s", vconn->name,
-                  reason);
+        ucs_error("connection from %s failed: %s", vconn->name, reason);
     }
 
     vconn->failed = 1;
@@ -668,7 +729,7 @@ static void uct_remapring_rx_vconn_published(void *arg, uint64_t limit)
 static ucs_status_t uct_remapring_vconn_send_credit(uct_remapring_vconn_t *vconn)
 {
     uct_remapring_verbs_iface_t *verbs = uct_remapring_verbs(vconn->iface);
-    uct_remapring_ring_t *ring         = vconn->ring;
+    remapring_ring_t *ring             = vconn->ring;
     uint64_t limit                     = ring->limit;
     unsigned nslots                    = ring->nslots;
     uct_remapring_verbs_slot_t *entry;
@@ -694,8 +755,8 @@ static ucs_status_t uct_remapring_vconn_send_credit(uct_remapring_vconn_t *vconn
             slot        = (offset >> ring->block_shift) & (nslots - 1);
             block       = vconn->slots[slot];
             entry       = &vconn->credit_table[slot];
-            entry->addr = (uintptr_t)uct_remapring_pool_block_addr(
-                                  vconn->iface->rx.pool, block);
+            entry->addr = (uintptr_t)
+                    remapring_pool_block_addr(vconn->iface->rx.pool, block);
             entry->rkey = verbs->pool_rkeys[block];
         }
     } else {
@@ -743,8 +804,8 @@ static void uct_remapring_rx_vconn_imm(uct_remapring_vconn_t *vconn,
                                        uint32_t imm)
 {
     uint32_t units = imm & UCT_REMAPRING_VERBS_IMM_MASK;
-    uint32_t delta = (units - (uint32_t)(vconn->rx_tail /
-                                         UCT_REMAPRING_RING_ALIGN)) &
+    uint32_t delta = (units -
+                      (uint32_t)(vconn->rx_tail / REMAPRING_RING_ALIGN)) &
                      UCT_REMAPRING_VERBS_IMM_MASK;
 
     if (vconn->failed) {
@@ -757,14 +818,14 @@ static void uct_remapring_rx_vconn_imm(uct_remapring_vconn_t *vconn,
     }
 
     /* the ring checks the tail against its limit */
-    vconn->rx_tail += (uint64_t)delta * UCT_REMAPRING_RING_ALIGN;
-    uct_remapring_ring_ctl_store_tail(&vconn->ctl, vconn->rx_tail);
+    vconn->rx_tail += (uint64_t)delta * REMAPRING_RING_ALIGN;
+    remapring_ring_ctl_store_tail(&vconn->ctl, vconn->rx_tail);
     uct_remapring_rx_vconn_set_active(vconn);
 }
 
 static unsigned uct_remapring_rx_vconn_poll(uct_remapring_vconn_t *vconn)
 {
-    uct_remapring_ring_t *ring = vconn->ring;
+    remapring_ring_t *ring = vconn->ring;
     unsigned count;
     int failed = 0;
 
@@ -774,13 +835,13 @@ static unsigned uct_remapring_rx_vconn_poll(uct_remapring_vconn_t *vconn)
         return count;
     }
 
-    if ((count > 0) || !uct_remapring_ring_is_empty(ring)) {
+    if ((count > 0) || !remapring_ring_is_empty(ring)) {
         return count;
     }
 
     /* drained: the next immediate wakes it */
     uct_remapring_rx_vconn_set_idle(vconn);
-    uct_remapring_ring_flush_credits(ring);
+    remapring_ring_flush_credits(ring);
     if (vconn->state == UCT_REMAPRING_VCONN_CLOSED) {
         uct_remapring_rx_vconn_free(vconn);
     }
@@ -807,16 +868,15 @@ static void uct_remapring_verbs_accept(uct_remapring_iface_t *iface,
     uct_remapring_verbs_req_t req;
     uct_remapring_verbs_rep_t rep     = {};
     struct rdma_conn_param param      = {};
-    uct_remapring_ring_params_t params;
-    uct_remapring_ring_info_t info;
+    remapring_ring_params_t params;
+    remapring_ring_info_t info;
     uct_remapring_vconn_t *vconn;
     char name[64];
     ucs_status_t status;
 
-    uct_remapring_verbs_addr_str(rdma_get_peer_addr(id), name, sizeof(name));
+    ucs_sockaddr_str(rdma_get_peer_addr(id), name, sizeof(name));
     if (length < sizeof(req)) {
-        ucs_error("remapring: connection request from %s of %zu bytes",
-                  name, length);
+        ucs_error("connection request from %s of %zu bytes", name, length);
         uct_remapring_verbs_reject(id, UCS_ERR_INVALID_PARAM);
         return;
     }
@@ -824,33 +884,34 @@ static void uct_remapring_verbs_accept(uct_remapring_iface_t *iface,
     memcpy(&req, data, sizeof(req));
     if ((req.magic != UCT_REMAPRING_VERBS_MAGIC) ||
         (req.version != UCT_REMAPRING_VERBS_VERSION)) {
-        ucs_error("remapring: connection request from %s is not of this"
-                  " version (magic 0x%x version %u)", name, req.magic,
-                  req.version);
+        ucs_error("connection request from %s is not of this"
+                  " version (magic 0x%x version %u)",
+                  name, req.magic, req.version);
         uct_remapring_verbs_reject(id, UCS_ERR_UNSUPPORTED);
         return;
     }
 
     if (req.iface_id != iface->id) {
-        ucs_diag("remapring: connection request from %s for interface"
-                 " 0x%" PRIx64 ", not this one", name, req.iface_id);
+        ucs_diag("connection request from %s for interface"
+                 " 0x%" PRIx64 ", not this one",
+                 name, req.iface_id);
         uct_remapring_verbs_reject(id, UCS_ERR_UNREACHABLE);
         return;
     }
 
     if (req.max_payload > iface->rx.max_payload) {
-        ucs_error("remapring: %s sends up to %u bytes, the rings here take"
-                  " %zu (UCX_REMAPRING_BLOCK_SIZE)", name, req.max_payload,
-                  iface->rx.max_payload);
+        ucs_error("%s sends up to %u bytes, the rings here take"
+                  " %zu (UCX_REMAPRING_BLOCK_SIZE)",
+                  name, req.max_payload, iface->rx.max_payload);
         uct_remapring_verbs_reject(id, UCS_ERR_UNREACHABLE);
         return;
     }
 
     if ((verbs->mode == UCT_REMAPRING_VERBS_MODE_PINNED) &&
         (req.reserved < iface->rx.nslots)) {
-        ucs_error("remapring: %s has a slot table of %u, the rings here have"
-                  " %u slots (UCX_REMAPRING_RING_SLOTS)", name, req.reserved,
-                  iface->rx.nslots);
+        ucs_error("%s has a slot table of %u, the rings here have"
+                  " %u slots (UCX_REMAPRING_RING_SLOTS)",
+                  name, req.reserved, iface->rx.nslots);
         uct_remapring_verbs_reject(id, UCS_ERR_UNREACHABLE);
         return;
     }
@@ -858,7 +919,7 @@ static void uct_remapring_verbs_accept(uct_remapring_iface_t *iface,
     /* the ring's control words are cache line aligned */
     if (ucs_posix_memalign((void**)&vconn, UCS_SYS_CACHE_LINE_SIZE,
                            sizeof(*vconn), "uct_remapring_vconn_t") != 0) {
-        ucs_error("remapring: failed to allocate a connection");
+        ucs_error("failed to allocate a connection");
         uct_remapring_verbs_reject(id, UCS_ERR_NO_MEMORY);
         return;
     }
@@ -882,43 +943,36 @@ static void uct_remapring_verbs_accept(uct_remapring_iface_t *iface,
                                      sizeof(*vconn->credit_table),
                                      "remapring_verbs_credit_table");
     if ((vconn->slots == NULL) || (vconn->credit_table == NULL)) {
-        ucs_error("remapring: failed to allocate the slot tables of %s",
-                  name);
+        ucs_error("failed to allocate the slot tables of %s", name);
         status = UCS_ERR_NO_MEMORY;
         goto err;
     }
 
-    uct_remapring_ring_params_default(&params);
-    params.nslots       = iface->rx.nslots;
-    params.headroom     = iface->rx.headroom;
-    params.inline_max   = iface->rx.layout.inline_max;
-    params.align        = iface->rx.layout.align;
-    params.align_offset = iface->rx.layout.align_offset;
-    params.credit_batch = iface->rx.credit_batch;
-    params.grant_min    = iface->rx.idle_slots;
+    uct_remapring_iface_ring_params(iface, &params);
     /* a device may place the bytes of one write in any order */
-    params.commit       = UCT_REMAPRING_RING_COMMIT_TAIL;
+    params.commit       = REMAPRING_RING_COMMIT_TAIL;
     params.shared_slots = vconn->slots;
     /* odp: the device follows the view; pinned: the sender the table */
     params.remap_view   = (verbs->mode == UCT_REMAPRING_VERBS_MODE_ODP);
     /* a device that misplaces ODP writes inside a page gets whole pages */
     params.rec_align    = (verbs->mode == UCT_REMAPRING_VERBS_MODE_ODP) ?
-                          verbs->dev->odp_rec_align :
-                          UCT_REMAPRING_RING_ALIGN;
+                                  verbs->dev->odp_rec_align :
+                                  REMAPRING_RING_ALIGN;
     params.on_publish   = uct_remapring_rx_vconn_published;
     params.publish_arg  = vconn;
     params.name         = vconn->name;
-    status = uct_remapring_ring_create(iface->rx.pool, &params, &vconn->ctl,
-                                       &vconn->ring);
+    status = remapring_ring_create(iface->rx.pool, &params, &vconn->ctl,
+                                   &vconn->ring);
     if (status != UCS_OK) {
         if (status == UCS_ERR_NO_RESOURCE) {
-            ucs_error("remapring: no room for the ring of %s in the pool"
-                      " (UCX_REMAPRING_POOL_MAX)", name);
+            ucs_error("no room for the ring of %s in the pool"
+                      " (UCX_REMAPRING_POOL_MAX)",
+                      name);
         }
         goto err;
     }
 
-    uct_remapring_ring_get_info(vconn->ring, &info);
+    remapring_ring_get_info(vconn->ring, &info);
     if (verbs->mode == UCT_REMAPRING_VERBS_MODE_ODP) {
         vconn->view_mr = ibv_reg_mr(verbs->dev->pd, (void*)info.view_addr,
                                     (size_t)info.block_size * info.nslots,
@@ -926,8 +980,9 @@ static void uct_remapring_verbs_accept(uct_remapring_iface_t *iface,
                                     IBV_ACCESS_REMOTE_WRITE |
                                     IBV_ACCESS_ON_DEMAND);
         if (vconn->view_mr == NULL) {
-            ucs_error("remapring: ODP registration of the ring view of %s"
-                      " failed: %m", name);
+            ucs_error("ODP registration of the ring view of %s"
+                      " failed: %m",
+                      name);
             status = UCS_ERR_IO_ERROR;
             goto err;
         }
@@ -938,7 +993,7 @@ static void uct_remapring_verbs_accept(uct_remapring_iface_t *iface,
                                         sizeof(*vconn->credit_table),
                                         IBV_ACCESS_LOCAL_WRITE);
     if (vconn->credit_table_mr == NULL) {
-        ucs_error("remapring: registration of a slot table failed: %m");
+        ucs_error("registration of a slot table failed: %m");
         status = UCS_ERR_IO_ERROR;
         goto err;
     }
@@ -969,15 +1024,15 @@ static void uct_remapring_verbs_accept(uct_remapring_iface_t *iface,
     param.retry_count         = 7;
     param.rnr_retry_count     = 7;
     if (rdma_accept(id, &param) != 0) {
-        ucs_error("remapring: rdma_accept of %s failed: %m", name);
+        ucs_error("rdma_accept of %s failed: %m", name);
         status = UCS_ERR_IO_ERROR;
         goto err;
     }
 
     uct_remapring_md_set_in_use(iface->super.md);
-    ucs_debug("remapring: accepted %s, %s ring view %p", name,
+    ucs_debug("accepted %s, %s ring view %p", name,
               uct_remapring_verbs_mode_str(verbs->mode),
-              (void*)info.view_addr);
+              (void *)info.view_addr);
     return;
 
 err:
@@ -1029,14 +1084,13 @@ static void uct_remapring_tx_vconn_established(uct_remapring_vconn_t *vconn,
                                                const void *data, size_t length)
 {
     uct_remapring_peer_t *peer = vconn->peer;
-    uct_remapring_ring_info_t info;
+    remapring_ring_info_t info;
     uct_remapring_verbs_rep_t rep;
     uct_remapring_vwire_t *wire;
     ucs_status_t status;
 
     if (length < sizeof(rep)) {
-        ucs_error("remapring: reply of %s has %zu bytes", vconn->name,
-                  length);
+        ucs_error("reply of %s has %zu bytes", vconn->name, length);
         uct_remapring_tx_vconn_fail(vconn, UCS_ERR_INVALID_PARAM,
                                     "its reply is not valid");
         return;
@@ -1049,15 +1103,15 @@ static void uct_remapring_tx_vconn_established(uct_remapring_vconn_t *vconn,
          (rep.mode != UCT_REMAPRING_VERBS_MODE_PINNED)) ||
         ((rep.mode == UCT_REMAPRING_VERBS_MODE_PINNED) &&
          (rep.nslots > vconn->iface->rx.nslots))) {
-        ucs_error("remapring: reply of %s is not valid (magic 0x%x version"
-                  " %u mode %u slots %u)", vconn->name, rep.magic,
-                  rep.version, rep.mode, rep.nslots);
+        ucs_error("reply of %s is not valid (magic 0x%x version"
+                  " %u mode %u slots %u)",
+                  vconn->name, rep.magic, rep.version, rep.mode, rep.nslots);
         uct_remapring_tx_vconn_fail(vconn, UCS_ERR_INVALID_PARAM,
                                     "its reply is not valid");
         return;
     }
 
-    info.magic        = UCT_REMAPRING_RING_CTL_MAGIC;
+    info.magic        = REMAPRING_RING_CTL_MAGIC;
     info.view_addr    = rep.view_addr;
     info.nonce        = rep.nonce;
     info.block_size   = rep.block_size;
@@ -1066,7 +1120,7 @@ static void uct_remapring_tx_vconn_established(uct_remapring_vconn_t *vconn,
     info.inline_max   = rep.inline_max;
     info.align        = rep.align;
     info.align_offset = rep.align_offset;
-    info.commit       = UCT_REMAPRING_RING_COMMIT_TAIL;
+    info.commit       = REMAPRING_RING_COMMIT_TAIL;
     info.rec_align    = rep.rec_align;
 
     wire = ucs_calloc(1, sizeof(*wire), "uct_remapring_vwire_t");
@@ -1080,8 +1134,7 @@ static void uct_remapring_tx_vconn_established(uct_remapring_vconn_t *vconn,
     wire->super.window_size = (size_t)rep.block_size * rep.nslots;
     wire->super.can_stamp   = 0;
     wire->vconn             = vconn;
-    status = uct_remapring_ring_writer_init(&peer->writer, &info,
-                                            &wire->super);
+    status = remapring_ring_writer_init(&peer->writer, &info, &wire->super);
     if (status != UCS_OK) {
         ucs_free(wire);
         uct_remapring_tx_vconn_fail(vconn, status, "its ring is not valid");
@@ -1095,9 +1148,9 @@ static void uct_remapring_tx_vconn_established(uct_remapring_vconn_t *vconn,
     vconn->block_shift = ucs_ilog2(rep.block_size);
     vconn->state       = UCT_REMAPRING_VCONN_READY;
     peer->wire         = &wire->super;
-    ucs_debug("remapring: connected to %s, %s mode, %u slots of %u bytes",
-              vconn->name, uct_remapring_verbs_mode_str(rep.mode),
-              rep.nslots, rep.block_size);
+    ucs_debug("connected to %s, %s mode, %u slots of %u bytes", vconn->name,
+              uct_remapring_verbs_mode_str(rep.mode), rep.nslots,
+              rep.block_size);
     if (peer->backlog != NULL) {
         (void)uct_remapring_peer_replay(peer); /* the rest with credit */
     }
@@ -1120,7 +1173,7 @@ static void uct_remapring_tx_vconn_connect(uct_remapring_vconn_t *vconn)
     req.magic       = UCT_REMAPRING_VERBS_MAGIC;
     req.version     = UCT_REMAPRING_VERBS_VERSION;
     req.reserved    = iface->rx.nslots; /* entries of our slot table */
-    req.iface_id    = vconn->peer->remote.iface_id;
+    req.iface_id    = uct_remapring_verbs_peer(vconn->peer)->iface_id;
     req.sender_id   = iface->id;
     req.table_addr  = (uintptr_t)vconn->table;
     req.table_rkey  = vconn->table_mr->rkey;
@@ -1133,7 +1186,7 @@ static void uct_remapring_tx_vconn_connect(uct_remapring_vconn_t *vconn)
     param.retry_count         = 7;
     param.rnr_retry_count     = 7;
     if (rdma_connect(vconn->id, &param) != 0) {
-        ucs_error("remapring: rdma_connect to %s failed: %m", vconn->name);
+        ucs_error("rdma_connect to %s failed: %m", vconn->name);
         uct_remapring_tx_vconn_fail(vconn, UCS_ERR_UNREACHABLE,
                                     "the connection could not be requested");
         return;
@@ -1142,36 +1195,71 @@ static void uct_remapring_tx_vconn_connect(uct_remapring_vconn_t *vconn)
     vconn->state = UCT_REMAPRING_VCONN_CONNECTING;
 }
 
-ucs_status_t
-uct_remapring_verbs_peer_connect(uct_remapring_peer_t *peer,
-                                 const uct_remapring_verbs_dev_addr_t *dev,
-                                 const uct_remapring_verbs_iface_addr_t *addr)
+static void uct_remapring_verbs_peer_destroy(uct_remapring_peer_t *peer);
+
+/* Whether the addresses are of a verbs interface that takes what we send;
+ * logs why not */
+static ucs_status_t
+uct_remapring_verbs_check_addr(uct_remapring_iface_t *iface,
+                               const uct_remapring_verbs_dev_addr_t *dev,
+                               const uct_remapring_verbs_iface_addr_t *addr)
 {
-    uct_remapring_iface_t *iface       = peer->iface;
+    if ((dev == NULL) || (addr == NULL) ||
+        (dev->magic != UCT_REMAPRING_VERBS_MAGIC) ||
+        (addr->magic != UCT_REMAPRING_VERBS_ADDR_MAGIC) ||
+        (addr->version != UCT_REMAPRING_VERBS_VERSION) ||
+        ((dev->family != AF_INET) && (dev->family != AF_INET6))) {
+        ucs_error("not an address of a verbs interface (magic 0x%x/0x%x"
+                  " version %u family %u)",
+                  (dev != NULL) ? dev->magic : 0,
+                  (addr != NULL) ? addr->magic : 0,
+                  (addr != NULL) ? addr->version : 0,
+                  (dev != NULL) ? dev->family : 0);
+        return UCS_ERR_INVALID_ADDR;
+    }
+
+    return uct_remapring_iface_check_peer(iface, addr->max_payload,
+                                          "the receiver", UCS_LOG_LEVEL_ERROR);
+}
+
+/* The receiving interface the addresses name, as a key of our peers */
+static ucs_status_t uct_remapring_verbs_peer_key(uct_remapring_iface_t *iface,
+                                                 const uct_ep_params_t *params,
+                                                 uint64_t *key_p)
+{
+    const uct_remapring_verbs_iface_addr_t *addr = (const void *)
+                                                           params->iface_addr;
+    ucs_status_t status;
+
+    status = uct_remapring_verbs_check_addr(iface,
+                                            (const void *)params->dev_addr,
+                                            addr);
+    if (status != UCS_OK) {
+        return status;
+    }
+
+    *key_p = addr->iface_id;
+    return UCS_OK;
+}
+
+/* A new connection: resolve the receiver's address, then (on the CM's
+ * events) its route, connect, and take the ring its reply describes */
+static ucs_status_t
+uct_remapring_verbs_peer_create(uct_remapring_iface_t *iface,
+                                const uct_ep_params_t *params,
+                                uct_remapring_peer_t **peer_p)
+{
+    const uct_remapring_verbs_dev_addr_t *dev = (const void *)params->dev_addr;
+    const uct_remapring_verbs_iface_addr_t *addr = (const void *)
+                                                           params->iface_addr;
     uct_remapring_verbs_iface_t *verbs = uct_remapring_verbs(iface);
     struct sockaddr_storage dst        = {};
     struct sockaddr_storage src        = verbs->addr;
     uct_remapring_vconn_t *vconn;
     uint8_t timeout;
+    uct_remapring_verbs_peer_t *vpeer;
+    uct_remapring_peer_t *peer;
     ucs_status_t status;
-
-    if ((dev->magic != UCT_REMAPRING_VERBS_MAGIC) ||
-        (addr->magic != UCT_REMAPRING_VERBS_ADDR_MAGIC) ||
-        (addr->version != UCT_REMAPRING_VERBS_VERSION) ||
-        ((dev->family != AF_INET) && (dev->family != AF_INET6))) {
-        ucs_error("remapring: not an address of a verbs interface (magic"
-                  " 0x%x/0x%x version %u family %u)", dev->magic, addr->magic,
-                  addr->version, dev->family);
-        return UCS_ERR_INVALID_ADDR;
-    }
-
-    if (addr->max_payload < iface->tx.max_bcopy) {
-        ucs_error("remapring: the receiver takes payloads of up to %u bytes,"
-                  " this process sends up to %zu: peers must use the same"
-                  " UCX_REMAPRING_BLOCK_SIZE and AM alignment",
-                  addr->max_payload, iface->tx.max_bcopy);
-        return UCS_ERR_UNREACHABLE;
-    }
 
     dst.ss_family = dev->family;
     if (dev->family == AF_INET) {
@@ -1184,28 +1272,35 @@ uct_remapring_verbs_peer_connect(uct_remapring_peer_t *peer,
         ((struct sockaddr_in6*)&src)->sin6_port = 0;
     }
 
+    vpeer = ucs_calloc(1, sizeof(*vpeer), "uct_remapring_verbs_peer_t");
     vconn = ucs_calloc(1, sizeof(*vconn), "uct_remapring_vconn_t");
-    if (vconn == NULL) {
-        ucs_error("remapring: failed to allocate a connection");
+    if ((vpeer == NULL) || (vconn == NULL)) {
+        ucs_error("failed to allocate a connection");
+        ucs_free(vconn);
+        ucs_free(vpeer);
         return UCS_ERR_NO_MEMORY;
     }
+
+    peer = &vpeer->super;
+    uct_remapring_peer_init(peer, iface, "?");
+    peer->early = 1; /* sends are kept until the reply gives the ring */
 
     vconn->iface        = iface;
     vconn->peer         = peer;
     vconn->state        = UCT_REMAPRING_VCONN_RESOLVING;
     vconn->staging_size = verbs->staging_size;
-    uct_remapring_verbs_addr_str((struct sockaddr*)&dst, vconn->name,
-                                 sizeof(vconn->name));
+    ucs_sockaddr_str((struct sockaddr *)&dst, vconn->name, sizeof(vconn->name));
     ucs_strncpy_zero(peer->name, vconn->name, sizeof(peer->name));
-    peer->vconn           = vconn;
-    peer->remote.iface_id = addr->iface_id;
+    vpeer->vconn    = vconn;
+    vpeer->iface_id = addr->iface_id;
 
     vconn->staging = mmap(NULL, vconn->staging_size, PROT_READ | PROT_WRITE,
                           MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
     if (vconn->staging == MAP_FAILED) {
         vconn->staging = NULL;
-        ucs_error("remapring: failed to allocate %zu bytes of staging for"
-                  " %s: %m", vconn->staging_size, vconn->name);
+        ucs_error("failed to allocate %zu bytes of staging for"
+                  " %s: %m",
+                  vconn->staging_size, vconn->name);
         status = UCS_ERR_NO_MEMORY;
         goto err;
     }
@@ -1213,7 +1308,7 @@ uct_remapring_verbs_peer_connect(uct_remapring_peer_t *peer,
     vconn->table = ucs_calloc(iface->rx.nslots, sizeof(*vconn->table),
                               "remapring_verbs_table");
     if (vconn->table == NULL) {
-        ucs_error("remapring: failed to allocate a slot table");
+        ucs_error("failed to allocate a slot table");
         status = UCS_ERR_NO_MEMORY;
         goto err;
     }
@@ -1226,14 +1321,15 @@ uct_remapring_verbs_peer_connect(uct_remapring_peer_t *peer,
                                    IBV_ACCESS_LOCAL_WRITE |
                                    IBV_ACCESS_REMOTE_WRITE);
     if ((vconn->staging_mr == NULL) || (vconn->table_mr == NULL)) {
-        ucs_error("remapring: registration of the staging buffer for %s"
-                  " failed: %m", vconn->name);
+        ucs_error("registration of the staging buffer for %s"
+                  " failed: %m",
+                  vconn->name);
         status = UCS_ERR_IO_ERROR;
         goto err;
     }
 
     if (rdma_create_id(verbs->channel, &vconn->id, vconn, RDMA_PS_TCP) != 0) {
-        ucs_error("remapring: rdma_create_id failed: %m");
+        ucs_error("rdma_create_id failed: %m");
         status = UCS_ERR_IO_ERROR;
         goto err;
     }
@@ -1241,20 +1337,20 @@ uct_remapring_verbs_peer_connect(uct_remapring_peer_t *peer,
     timeout = verbs->timeout;
     if (rdma_set_option(vconn->id, RDMA_OPTION_ID, RDMA_OPTION_ID_ACK_TIMEOUT,
                         &timeout, sizeof(timeout)) != 0) {
-        ucs_diag("remapring: setting the ACK timeout of %s failed: %m",
-                 vconn->name);
+        ucs_diag("setting the ACK timeout of %s failed: %m", vconn->name);
     }
 
     if (rdma_resolve_addr(vconn->id, (struct sockaddr*)&src,
                           (struct sockaddr*)&dst,
                           UCT_REMAPRING_VERBS_RESOLVE_MS) != 0) {
-        ucs_error("remapring: rdma_resolve_addr(%s) failed: %m", vconn->name);
+        ucs_error("rdma_resolve_addr(%s) failed: %m", vconn->name);
         status = UCS_ERR_UNREACHABLE;
         goto err;
     }
 
     uct_remapring_md_set_in_use(iface->super.md);
-    ucs_debug("remapring: connecting to %s", vconn->name);
+    ucs_debug("connecting to %s", vconn->name);
+    *peer_p = peer;
     return UCS_OK;
 
 err:
@@ -1262,13 +1358,11 @@ err:
     return status;
 }
 
-void uct_remapring_verbs_peer_destroy(uct_remapring_peer_t *peer)
+static void uct_remapring_verbs_peer_destroy(uct_remapring_peer_t *peer)
 {
-    uct_remapring_vconn_t *vconn = peer->vconn;
+    uct_remapring_vconn_t *vconn = uct_remapring_verbs_peer(peer)->vconn;
 
-    if (vconn == NULL) {
-        return;
-    }
+    uct_remapring_peer_cleanup(peer);
 
     /* the receiver sees DISCONNECTED and frees its ring */
     if ((vconn->id != NULL) && (vconn->qp != NULL) &&
@@ -1286,9 +1380,21 @@ void uct_remapring_verbs_peer_destroy(uct_remapring_peer_t *peer)
         munmap(vconn->staging, vconn->staging_size);
     }
     ucs_free(vconn->table);
-    peer->vconn = NULL;
     vconn->peer = NULL;
     uct_remapring_vconn_release(vconn);
+    ucs_free(uct_remapring_verbs_peer(peer));
+}
+
+/* The wire comes with the connection's ESTABLISHED event */
+static ucs_status_t uct_remapring_verbs_peer_connect(uct_remapring_peer_t *peer)
+{
+    return UCS_ERR_NO_RESOURCE;
+}
+
+/* A verbs peer hears of failures from its completions and CM */
+static ucs_status_t uct_remapring_verbs_peer_stalled(uct_remapring_peer_t *peer)
+{
+    return (peer->status != UCS_OK) ? peer->status : UCS_ERR_NO_RESOURCE;
 }
 
 
@@ -1312,8 +1418,7 @@ static void uct_remapring_verbs_post_recvs(uct_remapring_verbs_iface_t *verbs)
 
         ret = ibv_post_srq_recv(verbs->srq, wrs, &bad_wr);
         if (ret != 0) {
-            ucs_error("remapring: ibv_post_srq_recv failed: %s",
-                      strerror(ret));
+            ucs_error("ibv_post_srq_recv failed: %s", strerror(ret));
             return;
         }
         verbs->srq_posted += n;
@@ -1336,13 +1441,13 @@ static void uct_remapring_verbs_cqe_error(uct_remapring_vconn_t *vconn,
     }
 
     if (vconn->is_rx) {
-        ucs_diag("remapring: connection from %s: %s", vconn->name,
+        ucs_diag("connection from %s: %s", vconn->name,
                  ibv_wc_status_str(wc->status));
         uct_remapring_rx_vconn_fail(vconn, NULL);
         vconn->state = UCT_REMAPRING_VCONN_CLOSED;
         uct_remapring_rx_vconn_set_active(vconn); /* drain, then free */
     } else {
-        ucs_diag("remapring: connection to %s: %s", vconn->name,
+        ucs_diag("connection to %s: %s", vconn->name,
                  ibv_wc_status_str(wc->status));
         vconn->failed = 1;
         uct_remapring_tx_vconn_fail(vconn, status,
@@ -1363,7 +1468,7 @@ static void uct_remapring_verbs_poll_cq(uct_remapring_iface_t *iface)
     do {
         n = ibv_poll_cq(verbs->cq, UCT_REMAPRING_VERBS_POLL_BATCH, wc);
         if (n < 0) {
-            ucs_error("remapring: ibv_poll_cq(%s) failed", verbs->dev->name);
+            ucs_error("ibv_poll_cq(%s) failed", verbs->dev->name);
             return;
         }
 
@@ -1390,8 +1495,7 @@ static void uct_remapring_verbs_poll_cq(uct_remapring_iface_t *iface)
                                                   ntohl(wc[i].imm_data));
                 }
             } else if (wc[i].opcode == IBV_WC_RECV) {
-                ucs_diag("remapring: %s sent a message, not a write",
-                         vconn->name);
+                ucs_diag("%s sent a message, not a write", vconn->name);
             } else {
                 uct_remapring_vconn_op_done(vconn, wc[i].wr_id, UCS_OK);
                 if (vconn->is_rx && (vconn->ring != NULL) &&
@@ -1439,12 +1543,12 @@ static void uct_remapring_verbs_cm_event(uct_remapring_iface_t *iface,
     }
 
     if ((vconn == NULL) || (id == verbs->listen_id)) {
-        ucs_debug("remapring: %s on the listener of %s",
-                  rdma_event_str(type), verbs->dev->name);
+        ucs_debug("%s on the listener of %s", rdma_event_str(type),
+                  verbs->dev->name);
         return;
     }
 
-    ucs_debug("remapring: %s %s %s (status %d)", rdma_event_str(type),
+    ucs_debug("%s %s %s (status %d)", rdma_event_str(type),
               vconn->is_rx ? "from" : "to", vconn->name, ev_status);
     if (vconn->is_rx) {
         switch (type) {
@@ -1478,8 +1582,7 @@ static void uct_remapring_verbs_cm_event(uct_remapring_iface_t *iface,
     switch (type) {
     case RDMA_CM_EVENT_ADDR_RESOLVED:
         if (rdma_resolve_route(id, UCT_REMAPRING_VERBS_RESOLVE_MS) != 0) {
-            ucs_error("remapring: rdma_resolve_route(%s) failed: %m",
-                      vconn->name);
+            ucs_error("rdma_resolve_route(%s) failed: %m", vconn->name);
             uct_remapring_tx_vconn_fail(vconn, UCS_ERR_UNREACHABLE,
                                         "no route to it");
         }
@@ -1494,7 +1597,7 @@ static void uct_remapring_verbs_cm_event(uct_remapring_iface_t *iface,
         rej = (const void*)data;
         if ((length >= sizeof(*rej)) &&
             (rej->magic == UCT_REMAPRING_VERBS_MAGIC)) {
-            ucs_diag("remapring: %s refused the connection: %s", vconn->name,
+            ucs_diag("%s refused the connection: %s", vconn->name,
                      ucs_status_string(rej->status));
             uct_remapring_tx_vconn_fail(vconn, UCS_ERR_REJECTED,
                                         (rej->status == UCS_ERR_NO_RESOURCE) ?
@@ -1536,11 +1639,11 @@ static void uct_remapring_verbs_poll_cm(uct_remapring_iface_t *iface)
     }
 
     if (errno != EAGAIN) {
-        ucs_debug("remapring: rdma_get_cm_event failed: %m");
+        ucs_debug("rdma_get_cm_event failed: %m");
     }
 }
 
-unsigned uct_remapring_verbs_iface_progress(uct_iface_h tl_iface)
+static unsigned uct_remapring_verbs_iface_progress(uct_iface_h tl_iface)
 {
     uct_remapring_iface_t *iface = ucs_derived_of(tl_iface,
                                                   uct_remapring_iface_t);
@@ -1556,6 +1659,10 @@ unsigned uct_remapring_verbs_iface_progress(uct_iface_h tl_iface)
     count += uct_remapring_ep_progress_pending(iface);
     if (ucs_unlikely(++verbs->cm_calls >= UCT_REMAPRING_VERBS_CM_PERIOD)) {
         uct_remapring_verbs_poll_cm(iface);
+        if (++verbs->check_calls >= UCT_REMAPRING_VERBS_MAINTAIN_PERIOD) {
+            verbs->check_calls = 0;
+            uct_remapring_iface_maintain(iface);
+        }
     }
 
     return count;
@@ -1569,6 +1676,48 @@ static inline uct_remapring_ep_t *uct_remapring_verbs_ep(uct_ep_h tl_ep)
     return ucs_derived_of(tl_ep, uct_remapring_ep_t);
 }
 
+/* A record is published: the write-with-immediate that carries its tail is
+ * the receiver's doorbell already */
+static UCS_F_ALWAYS_INLINE void
+uct_remapring_verbs_published(uct_remapring_peer_t *peer)
+{
+}
+
+static ucs_status_t
+uct_remapring_verbs_ep_am_short(uct_ep_h tl_ep, uint8_t id, uint64_t header,
+                                const void *payload, unsigned length)
+{
+    return uct_remapring_ep_am_short_inl(tl_ep, id, header, payload, length,
+                                         uct_remapring_verbs_published);
+}
+
+static ucs_status_t
+uct_remapring_verbs_ep_am_short_iov(uct_ep_h tl_ep, uint8_t id,
+                                    const uct_iov_t *iov, size_t iovcnt)
+{
+    return uct_remapring_ep_am_short_iov_inl(tl_ep, id, iov, iovcnt,
+                                             uct_remapring_verbs_published);
+}
+
+static ssize_t uct_remapring_verbs_ep_am_bcopy(uct_ep_h tl_ep, uint8_t id,
+                                               uct_pack_callback_t pack_cb,
+                                               void *arg, unsigned flags)
+{
+    return uct_remapring_ep_am_bcopy_inl(tl_ep, id, pack_cb, arg, flags,
+                                         uct_remapring_verbs_published);
+}
+
+static ucs_status_t
+uct_remapring_verbs_ep_am_zcopy(uct_ep_h tl_ep, uint8_t id, const void *header,
+                                unsigned header_length, const uct_iov_t *iov,
+                                size_t iovcnt, unsigned flags,
+                                uct_completion_t *comp)
+{
+    return uct_remapring_ep_am_zcopy_inl(tl_ep, id, header, header_length, iov,
+                                         iovcnt, flags, comp,
+                                         uct_remapring_verbs_published);
+}
+
 /* The connection of @a ep, if it can take requests; else the status */
 static ucs_status_t uct_remapring_verbs_ep_vconn(uct_ep_h tl_ep,
                                                  uct_remapring_vconn_t **vconn_p)
@@ -1579,12 +1728,13 @@ static ucs_status_t uct_remapring_verbs_ep_vconn(uct_ep_h tl_ep,
         return peer->status;
     }
 
-    if (ucs_unlikely((peer->vconn == NULL) ||
-                     (peer->vconn->state != UCT_REMAPRING_VCONN_READY))) {
+    if (ucs_unlikely((uct_remapring_verbs_peer(peer)->vconn == NULL) ||
+                     (uct_remapring_verbs_peer(peer)->vconn->state !=
+                      UCT_REMAPRING_VCONN_READY))) {
         return UCS_ERR_NO_RESOURCE;
     }
 
-    *vconn_p = peer->vconn;
+    *vconn_p = uct_remapring_verbs_peer(peer)->vconn;
     return UCS_OK;
 }
 
@@ -1600,15 +1750,15 @@ static ucs_status_t uct_remapring_verbs_rkey(uct_rkey_t tl_rkey,
             *rkey_p = 0;
             return UCS_OK;
         }
-        ucs_error("remapring: not a verbs remote key");
+        ucs_error("not a verbs remote key");
         return UCS_ERR_INVALID_PARAM;
     }
 
     if ((address < rkey->address) || (length > rkey->length) ||
         (address - rkey->address > rkey->length - length)) {
-        ucs_error("remapring: range 0x%" PRIx64 "+%zu is outside rkey"
-                  " 0x%" PRIx64 "+%" PRIu64, address, length, rkey->address,
-                  rkey->length);
+        ucs_error("range 0x%" PRIx64 "+%zu is outside rkey"
+                  " 0x%" PRIx64 "+%" PRIu64,
+                  address, length, rkey->address, rkey->length);
         return UCS_ERR_INVALID_PARAM;
     }
 
@@ -1625,7 +1775,7 @@ uct_remapring_verbs_ep_rdma(uct_ep_h tl_ep, enum ibv_wr_opcode opcode,
 {
     struct ibv_sge sges[UCT_REMAPRING_MAX_IOV];
     struct ibv_send_wr wr = {};
-    const uct_remapring_memh_t *memh;
+    const uct_remapring_verbs_memh_t *memh;
     uct_remapring_vconn_t *vconn;
     ucs_status_t status;
     size_t i, length = 0;
@@ -1642,9 +1792,9 @@ uct_remapring_verbs_ep_rdma(uct_ep_h tl_ep, enum ibv_wr_opcode opcode,
         if ((iov[i].count > 1) ||
             ((iov[i].length > 0) && ((memh == UCT_MEM_HANDLE_NULL) ||
                                      (memh->mr == NULL)))) {
-            ucs_error("remapring: rdma iov %zu: count %u, memh %p: a"
-                      " registered buffer of one element is needed", i,
-                      iov[i].count, memh);
+            ucs_error("rdma iov %zu: count %u, memh %p: a"
+                      " registered buffer of one element is needed",
+                      i, iov[i].count, memh);
             return UCS_ERR_INVALID_PARAM;
         }
 
@@ -1668,23 +1818,19 @@ uct_remapring_verbs_ep_rdma(uct_ep_h tl_ep, enum ibv_wr_opcode opcode,
     return (status == UCS_OK) ? UCS_INPROGRESS : status;
 }
 
-ucs_status_t uct_remapring_verbs_ep_put_zcopy(uct_ep_h tl_ep,
-                                              const uct_iov_t *iov,
-                                              size_t iovcnt,
-                                              uint64_t remote_addr,
-                                              uct_rkey_t rkey,
-                                              uct_completion_t *comp)
+static ucs_status_t
+uct_remapring_verbs_ep_put_zcopy(uct_ep_h tl_ep, const uct_iov_t *iov,
+                                 size_t iovcnt, uint64_t remote_addr,
+                                 uct_rkey_t rkey, uct_completion_t *comp)
 {
     return uct_remapring_verbs_ep_rdma(tl_ep, IBV_WR_RDMA_WRITE, iov, iovcnt,
                                        remote_addr, rkey, comp);
 }
 
-ucs_status_t uct_remapring_verbs_ep_get_zcopy(uct_ep_h tl_ep,
-                                              const uct_iov_t *iov,
-                                              size_t iovcnt,
-                                              uint64_t remote_addr,
-                                              uct_rkey_t rkey,
-                                              uct_completion_t *comp)
+static ucs_status_t
+uct_remapring_verbs_ep_get_zcopy(uct_ep_h tl_ep, const uct_iov_t *iov,
+                                 size_t iovcnt, uint64_t remote_addr,
+                                 uct_rkey_t rkey, uct_completion_t *comp)
 {
     return uct_remapring_verbs_ep_rdma(tl_ep, IBV_WR_RDMA_READ, iov, iovcnt,
                                        remote_addr, rkey, comp);
@@ -1712,11 +1858,10 @@ uct_remapring_verbs_ep_put_staged(uct_remapring_vconn_t *vconn,
                                     NULL);
 }
 
-ucs_status_t uct_remapring_verbs_ep_put_short(uct_ep_h tl_ep,
-                                              const void *buffer,
-                                              unsigned length,
-                                              uint64_t remote_addr,
-                                              uct_rkey_t tl_rkey)
+static ucs_status_t
+uct_remapring_verbs_ep_put_short(uct_ep_h tl_ep, const void *buffer,
+                                 unsigned length, uint64_t remote_addr,
+                                 uct_rkey_t tl_rkey)
 {
     uct_remapring_iface_t *iface = ucs_derived_of(tl_ep->iface,
                                                   uct_remapring_iface_t);
@@ -1753,10 +1898,10 @@ ucs_status_t uct_remapring_verbs_ep_put_short(uct_ep_h tl_ep,
                                              rkey);
 }
 
-ssize_t uct_remapring_verbs_ep_put_bcopy(uct_ep_h tl_ep,
-                                         uct_pack_callback_t pack_cb,
-                                         void *arg, uint64_t remote_addr,
-                                         uct_rkey_t tl_rkey)
+static ssize_t uct_remapring_verbs_ep_put_bcopy(uct_ep_h tl_ep,
+                                                uct_pack_callback_t pack_cb,
+                                                void *arg, uint64_t remote_addr,
+                                                uct_rkey_t tl_rkey)
 {
     uct_remapring_iface_t *iface = ucs_derived_of(tl_ep->iface,
                                                   uct_remapring_iface_t);
@@ -1784,8 +1929,8 @@ ssize_t uct_remapring_verbs_ep_put_bcopy(uct_ep_h tl_ep,
 
     length = pack_cb(dst, arg);
     if (length > iface->tx.max_bcopy) {
-        ucs_error("remapring: put_bcopy packed %zu bytes, more than %zu",
-                  length, iface->tx.max_bcopy);
+        ucs_error("put_bcopy packed %zu bytes, more than %zu", length,
+                  iface->tx.max_bcopy);
         vconn->staging_head = saved;
         return UCS_ERR_INVALID_PARAM;
     }
@@ -1801,12 +1946,11 @@ ssize_t uct_remapring_verbs_ep_put_bcopy(uct_ep_h tl_ep,
     return (status == UCS_OK) ? (ssize_t)length : status;
 }
 
-ucs_status_t uct_remapring_verbs_ep_get_bcopy(uct_ep_h tl_ep,
-                                              uct_unpack_callback_t unpack_cb,
-                                              void *arg, size_t length,
-                                              uint64_t remote_addr,
-                                              uct_rkey_t tl_rkey,
-                                              uct_completion_t *comp)
+static ucs_status_t
+uct_remapring_verbs_ep_get_bcopy(uct_ep_h tl_ep,
+                                 uct_unpack_callback_t unpack_cb, void *arg,
+                                 size_t length, uint64_t remote_addr,
+                                 uct_rkey_t tl_rkey, uct_completion_t *comp)
 {
     uct_remapring_iface_t *iface = ucs_derived_of(tl_ep->iface,
                                                   uct_remapring_iface_t);
@@ -1881,8 +2025,8 @@ static ucs_status_t uct_remapring_vconn_flush(uct_remapring_vconn_t *vconn,
     return (status == UCS_OK) ? UCS_INPROGRESS : status;
 }
 
-ucs_status_t uct_remapring_verbs_ep_flush(uct_ep_h tl_ep, unsigned flags,
-                                          uct_completion_t *comp)
+static ucs_status_t uct_remapring_verbs_ep_flush(uct_ep_h tl_ep, unsigned flags,
+                                                 uct_completion_t *comp)
 {
     uct_remapring_peer_t *peer = uct_remapring_verbs_ep(tl_ep)->peer;
     ucs_status_t status;
@@ -1902,21 +2046,23 @@ ucs_status_t uct_remapring_verbs_ep_flush(uct_ep_h tl_ep, unsigned flags,
         return UCS_ERR_NO_RESOURCE;
     }
 
-    if ((peer->vconn == NULL) ||
-        (peer->vconn->state != UCT_REMAPRING_VCONN_READY)) {
+    if ((uct_remapring_verbs_peer(peer)->vconn == NULL) ||
+        (uct_remapring_verbs_peer(peer)->vconn->state !=
+         UCT_REMAPRING_VCONN_READY)) {
         /* nothing was sent */
         return UCS_OK;
     }
 
-    status = uct_remapring_vconn_flush(peer->vconn, comp);
+    status = uct_remapring_vconn_flush(uct_remapring_verbs_peer(peer)->vconn,
+                                       comp);
     if (status == UCS_INPROGRESS) {
         UCT_TL_EP_STAT_FLUSH_WAIT(ucs_derived_of(tl_ep, uct_base_ep_t));
     }
     return status;
 }
 
-ucs_status_t uct_remapring_verbs_ep_check(uct_ep_h tl_ep, unsigned flags,
-                                          uct_completion_t *comp)
+static ucs_status_t uct_remapring_verbs_ep_check(uct_ep_h tl_ep, unsigned flags,
+                                                 uct_completion_t *comp)
 {
     uct_remapring_vconn_t *vconn;
 
@@ -1931,9 +2077,9 @@ ucs_status_t uct_remapring_verbs_ep_check(uct_ep_h tl_ep, unsigned flags,
     return UCS_OK;
 }
 
-ucs_status_t uct_remapring_verbs_iface_flush(uct_iface_h tl_iface,
-                                             unsigned flags,
-                                             uct_completion_t *comp)
+static ucs_status_t uct_remapring_verbs_iface_flush(uct_iface_h tl_iface,
+                                                    unsigned flags,
+                                                    uct_completion_t *comp)
 {
     uct_remapring_iface_t *iface = ucs_derived_of(tl_iface,
                                                   uct_remapring_iface_t);
@@ -1952,9 +2098,12 @@ ucs_status_t uct_remapring_verbs_iface_flush(uct_iface_h tl_iface,
     kh_foreach_value(&iface->tx.peers, peer, {
         if ((peer->status == UCS_OK) && (peer->backlog != NULL)) {
             status = UCS_INPROGRESS; /* kept for the connection */
-        } else if ((peer->status == UCS_OK) && (peer->vconn != NULL) &&
-                   (peer->vconn->state == UCT_REMAPRING_VCONN_READY) &&
-                   (uct_remapring_vconn_flush(peer->vconn, NULL) !=
+        } else if ((peer->status == UCS_OK) &&
+                   (uct_remapring_verbs_peer(peer)->vconn != NULL) &&
+                   (uct_remapring_verbs_peer(peer)->vconn->state ==
+                    UCT_REMAPRING_VCONN_READY) &&
+                   (uct_remapring_vconn_flush(
+                            uct_remapring_verbs_peer(peer)->vconn, NULL) !=
                     UCS_OK)) {
             status = UCS_INPROGRESS;
         }
@@ -1971,28 +2120,30 @@ ucs_status_t uct_remapring_verbs_iface_flush(uct_iface_h tl_iface,
 
 /* ------------------------------------------------------------ interface */
 
-ucs_status_t uct_remapring_verbs_iface_get_address(uct_iface_h tl_iface,
-                                                   uct_iface_addr_t *addr)
+static ucs_status_t
+uct_remapring_verbs_iface_get_address(uct_iface_h tl_iface,
+                                      uct_iface_addr_t *addr)
 {
     uct_remapring_iface_t *iface = ucs_derived_of(tl_iface,
                                                   uct_remapring_iface_t);
     uct_remapring_verbs_iface_addr_t *verbs_addr = (void*)addr;
 
     verbs_addr->magic       = UCT_REMAPRING_VERBS_ADDR_MAGIC;
-    verbs_addr->port        = iface->verbs->cm_port;
+    verbs_addr->port        = uct_remapring_verbs(iface)->cm_port;
     verbs_addr->version     = UCT_REMAPRING_VERBS_VERSION;
     verbs_addr->iface_id    = iface->id;
     verbs_addr->max_payload = iface->rx.max_payload;
     return UCS_OK;
 }
 
-ucs_status_t uct_remapring_verbs_iface_get_device_address(uct_iface_h tl_iface,
-                                                          uct_device_addr_t *addr)
+static ucs_status_t
+uct_remapring_verbs_iface_get_device_address(uct_iface_h tl_iface,
+                                             uct_device_addr_t *addr)
 {
     uct_remapring_iface_t *iface = ucs_derived_of(tl_iface,
                                                   uct_remapring_iface_t);
     uct_remapring_verbs_dev_addr_t *dev_addr = (void*)addr;
-    const struct sockaddr_storage *ss        = &iface->verbs->addr;
+    const struct sockaddr_storage *ss = &uct_remapring_verbs(iface)->addr;
 
     memset(dev_addr, 0, sizeof(*dev_addr));
     dev_addr->magic  = UCT_REMAPRING_VERBS_MAGIC;
@@ -2006,9 +2157,10 @@ ucs_status_t uct_remapring_verbs_iface_get_device_address(uct_iface_h tl_iface,
     return UCS_OK;
 }
 
-int uct_remapring_verbs_iface_is_reachable(const uct_iface_h tl_iface,
-                                           const uct_device_addr_t *dev_addr,
-                                           const uct_iface_addr_t *iface_addr)
+static int
+uct_remapring_verbs_iface_is_reachable(const uct_iface_h tl_iface,
+                                       const uct_device_addr_t *dev_addr,
+                                       const uct_iface_addr_t *iface_addr)
 {
     uct_remapring_iface_t *iface = ucs_derived_of(tl_iface,
                                                   uct_remapring_iface_t);
@@ -2021,12 +2173,13 @@ int uct_remapring_verbs_iface_is_reachable(const uct_iface_h tl_iface,
            (addr->magic == UCT_REMAPRING_VERBS_ADDR_MAGIC) &&
            (addr->version == UCT_REMAPRING_VERBS_VERSION) &&
            (dev->magic == UCT_REMAPRING_VERBS_MAGIC) &&
-           (dev->family == iface->verbs->addr.ss_family) &&
+           (dev->family == uct_remapring_verbs(iface)->addr.ss_family) &&
            (addr->max_payload >= iface->tx.max_bcopy);
 }
 
-ucs_status_t uct_remapring_verbs_iface_query(uct_iface_h tl_iface,
-                                             uct_iface_attr_t *iface_attr)
+static ucs_status_t
+uct_remapring_verbs_iface_query(uct_iface_h tl_iface,
+                                uct_iface_attr_t *iface_attr)
 {
     uct_remapring_iface_t *iface = ucs_derived_of(tl_iface,
                                                   uct_remapring_iface_t);
@@ -2034,23 +2187,13 @@ ucs_status_t uct_remapring_verbs_iface_query(uct_iface_h tl_iface,
     size_t max_bcopy                   = ucs_min(iface->tx.max_bcopy,
                                                  verbs->staging_size / 2);
 
-    uct_base_iface_query(&iface->super, iface_attr);
+    uct_remapring_iface_query(iface, iface_attr); /* the same ring */
 
-    iface_attr->cap.flags = UCT_IFACE_FLAG_AM_SHORT |
-                            UCT_IFACE_FLAG_AM_BCOPY |
-                            UCT_IFACE_FLAG_AM_ZCOPY |
-                            UCT_IFACE_FLAG_PUT_SHORT |
-                            UCT_IFACE_FLAG_PUT_BCOPY |
-                            UCT_IFACE_FLAG_PUT_ZCOPY |
-                            UCT_IFACE_FLAG_GET_BCOPY |
-                            UCT_IFACE_FLAG_GET_ZCOPY |
-                            UCT_IFACE_FLAG_PENDING |
-                            UCT_IFACE_FLAG_CB_SYNC |
-                            UCT_IFACE_FLAG_CONNECT_TO_IFACE |
-                            UCT_IFACE_FLAG_ERRHANDLE_PEER_FAILURE |
-                            UCT_IFACE_FLAG_EP_CHECK;
-
-    uct_remapring_iface_query_am(iface, iface_attr); /* the same ring */
+    iface_attr->cap.flags |= UCT_IFACE_FLAG_PUT_SHORT |
+                             UCT_IFACE_FLAG_PUT_BCOPY |
+                             UCT_IFACE_FLAG_PUT_ZCOPY |
+                             UCT_IFACE_FLAG_GET_BCOPY |
+                             UCT_IFACE_FLAG_GET_ZCOPY | UCT_IFACE_FLAG_EP_CHECK;
 
     iface_attr->cap.put.max_short       = iface->tx.max_short;
     iface_attr->cap.put.max_bcopy       = max_bcopy;
@@ -2069,43 +2212,50 @@ ucs_status_t uct_remapring_verbs_iface_query(uct_iface_h tl_iface,
     iface_attr->device_addr_len = sizeof(uct_remapring_verbs_dev_addr_t);
     iface_attr->iface_addr_len  = sizeof(uct_remapring_verbs_iface_addr_t);
     iface_attr->ep_addr_len     = 0;
-
-    iface_attr->latency             = ucs_linear_func_make(iface->perf.latency,
-                                                           0);
-    iface_attr->bandwidth.dedicated = iface->perf.bandwidth;
-    iface_attr->bandwidth.shared    = 0;
-    iface_attr->overhead            = iface->perf.overhead;
-    iface_attr->priority            = 0;
     return UCS_OK;
 }
+
+
+/* ---------------------------------------------------------- construction */
 
 /* Pinned mode: each chunk of the pool is registered as it is made */
 static ucs_status_t uct_remapring_verbs_pool_grown(void *arg, uint32_t first,
                                                    unsigned count, void *addr)
 {
-    uct_remapring_iface_t *iface       = arg;
-    uct_remapring_verbs_iface_t *verbs = uct_remapring_verbs(iface);
+    uct_remapring_verbs_iface_t *verbs = uct_remapring_verbs(arg);
     struct ibv_mr **mrs, *mr;
+    uint32_t *rkeys;
     unsigned i;
 
     mr = ibv_reg_mr(verbs->dev->pd, addr,
                     (size_t)count * verbs->pool_block_size,
                     IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE);
     if (mr == NULL) {
-        ucs_error("remapring: registration of pool blocks %u..%u on %s"
-                  " failed: %m", first, first + count - 1, verbs->dev->name);
+        ucs_error("registration of pool blocks %u..%u on %s"
+                  " failed: %m",
+                  first, first + count - 1, verbs->dev->name);
         return UCS_ERR_IO_ERROR;
     }
 
-    mrs = ucs_realloc(verbs->pool_mrs, (verbs->npool_mrs + 1) * sizeof(*mrs),
-                      "remapring_pool_mrs");
-    if (mrs == NULL) {
+    mrs   = ucs_realloc(verbs->pool_mrs, (verbs->npool_mrs + 1) * sizeof(*mrs),
+                        "remapring_pool_mrs");
+    rkeys = (mrs == NULL) ? NULL :
+                            ucs_realloc(verbs->pool_rkeys,
+                                        (first + count) * sizeof(*rkeys),
+                                        "remapring_pool_rkeys");
+    if (rkeys == NULL) {
+        ucs_error("failed to allocate the keys of %u pool blocks",
+                  first + count);
         ibv_dereg_mr(mr);
+        if (mrs != NULL) {
+            verbs->pool_mrs = mrs;
+        }
         return UCS_ERR_NO_MEMORY;
     }
 
     mrs[verbs->npool_mrs++] = mr;
     verbs->pool_mrs         = mrs;
+    verbs->pool_rkeys       = rkeys;
     for (i = 0; i < count; ++i) {
         verbs->pool_rkeys[first + i] = mr->rkey;
     }
@@ -2113,7 +2263,10 @@ static ucs_status_t uct_remapring_verbs_pool_grown(void *arg, uint32_t first,
     return UCS_OK;
 }
 
-/* Bandwidth of the port, from its speed and width */
+/* Bandwidth of the port, from its speed and width: the IBTA signalling rates
+ * (PortInfo's LinkSpeedActive and LinkWidthActive) that UCX's own
+ * uct_ib_iface_query() turns into bandwidth, which needs a uct_ib_iface_t
+ * this transport is not; the data rate here leaves out the encoding */
 static double uct_remapring_verbs_port_bw(const struct ibv_port_attr *attr)
 {
     static const struct {
@@ -2140,123 +2293,114 @@ static double uct_remapring_verbs_port_bw(const struct ibv_port_attr *attr)
     return gbps * lanes * 1e9 / 8;
 }
 
-ucs_status_t
-uct_remapring_verbs_iface_init(uct_remapring_iface_t *iface,
-                               const char *dev_name,
-                               const uct_remapring_iface_config_t *config,
-                               uct_remapring_pool_params_t *pool_params)
+/* The port of our device that @a dev_name names ("rxe0:1") */
+static ucs_status_t
+uct_remapring_verbs_iface_port(uct_remapring_verbs_dev_t *dev,
+                               const char *dev_name, uint8_t *port_p)
 {
-    uct_remapring_md_t *md = ucs_derived_of(iface->super.md,
-                                            uct_remapring_md_t);
-    uct_remapring_verbs_dev_t *dev = md->verbs;
-    uct_remapring_verbs_iface_t *verbs;
-    struct ibv_srq_init_attr srq_attr = {};
-    struct ibv_port_attr port_attr;
-    const char *colon;
-    ucs_status_t status;
+    const char *colon = strrchr(dev_name, ':');
     unsigned long port;
     char *end;
 
-    colon = strrchr(dev_name, ':');
-    port  = (colon != NULL) ? strtoul(colon + 1, &end, 10) : 0;
+    port = (colon != NULL) ? strtoul(colon + 1, &end, 10) : 0;
     if ((colon == NULL) || (*end != '\0') || (port == 0) || (port > 255) ||
         strncmp(dev_name, dev->name, colon - dev_name) ||
         (strlen(dev->name) != (size_t)(colon - dev_name))) {
-        ucs_error("remapring: %s is not a port of %s", dev_name, dev->name);
+        ucs_error("%s is not a port of %s", dev_name, dev->name);
         return UCS_ERR_NO_DEVICE;
     }
 
-    verbs = ucs_calloc(1, sizeof(*verbs), "uct_remapring_verbs_iface_t");
-    if (verbs == NULL) {
-        ucs_error("remapring: failed to allocate the verbs interface");
-        return UCS_ERR_NO_MEMORY;
-    }
+    *port_p = port;
+    return UCS_OK;
+}
 
-    iface->verbs    = verbs;
-    verbs->dev      = dev;
-    verbs->port_num = port;
-    ucs_list_head_init(&verbs->rx_conns);
-    ucs_list_head_init(&verbs->rx_active);
-    ucs_list_head_init(&verbs->zombies);
-    kh_init_inplace(uct_remapring_vconns, &verbs->qps);
-
-    if ((ibv_query_port(dev->ctx, verbs->port_num, &port_attr) != 0) ||
-        !uct_remapring_verbs_port_addr(dev->ctx, verbs->port_num,
-                                       &verbs->addr)) {
-        ucs_error("remapring: %s has no IP address", dev_name);
-        status = UCS_ERR_NO_DEVICE;
-        goto err;
-    }
-
-    if (config->verbs_mode != UCT_REMAPRING_VERBS_MODE_PINNED) {
+/* The mode this interface places rings in: odp where the device has it
+ * (probed once per device) unless pinned is asked for */
+static ucs_status_t
+uct_remapring_verbs_iface_mode(uct_remapring_verbs_dev_t *dev, int config_mode,
+                               uct_remapring_verbs_mode_t *mode_p)
+{
+    if (config_mode != UCT_REMAPRING_VERBS_MODE_PINNED) {
         uct_remapring_verbs_dev_probe_odp(dev);
     }
 
-    if (config->verbs_mode == UCT_REMAPRING_VERBS_MODE_AUTO) {
-        verbs->mode = dev->odp ? UCT_REMAPRING_VERBS_MODE_ODP :
-                                 UCT_REMAPRING_VERBS_MODE_PINNED;
-    } else if ((config->verbs_mode == UCT_REMAPRING_VERBS_MODE_ODP) &&
-               !dev->odp) {
-        ucs_error("remapring: UCX_REMAPRING_VERBS_MODE=odp, but %s reports"
-                  " no ODP for RC WRITE and READ, or its ODP writes do not"
-                  " land as sent", dev->name);
-        status = UCS_ERR_UNSUPPORTED;
-        goto err;
+    if (config_mode == UCT_REMAPRING_VERBS_MODE_AUTO) {
+        *mode_p = dev->odp ? UCT_REMAPRING_VERBS_MODE_ODP :
+                             UCT_REMAPRING_VERBS_MODE_PINNED;
+    } else if ((config_mode == UCT_REMAPRING_VERBS_MODE_ODP) && !dev->odp) {
+        ucs_error("UCX_REMAPRING_VERBS_MODE=odp, but %s reports no ODP for RC"
+                  " WRITE and READ, or its ODP writes do not land as sent",
+                  dev->name);
+        return UCS_ERR_UNSUPPORTED;
     } else {
-        verbs->mode = config->verbs_mode;
+        *mode_p = config_mode;
     }
 
-    verbs->sq_size         = config->verbs_sq_size;
-    verbs->srq_size        = config->verbs_srq_size;
-    verbs->sig_every       = ucs_max(verbs->sq_size / 8, 1u);
-    verbs->timeout         = config->verbs_timeout;
-    verbs->pool_block_size = config->block_size;
-    verbs->staging_size    = ucs_roundup_pow2(
-            (config->verbs_staging == UCS_MEMUNITS_AUTO) ?
-            config->block_size * config->ring_slots : config->verbs_staging);
+    return UCS_OK;
+}
 
-    if (config->bandwidth == UCS_CONFIG_BW_AUTO) {
-        iface->perf.bandwidth = uct_remapring_verbs_port_bw(&port_attr);
-    }
-    if (config->latency == UCS_TIME_AUTO) {
-        iface->perf.latency = UCT_REMAPRING_VERBS_LAT_US * 1e-6;
-    }
-    if (config->overhead == UCS_TIME_AUTO) {
-        iface->perf.overhead = UCT_REMAPRING_VERBS_OVH_US * 1e-6;
+/* The transport's own settings; the shared ones are checked by the base */
+static ucs_status_t uct_remapring_verbs_iface_config_check(
+        const uct_remapring_verbs_iface_config_t *config)
+{
+    size_t min_staging = 2 * config->super.block_size;
+
+    if ((config->sq_size < UCT_REMAPRING_VERBS_SQ_SIZE_MIN) ||
+        (config->sq_size > UCT_REMAPRING_VERBS_SQ_SIZE_MAX)) {
+        ucs_error("UCX_REMAPRING_VERBS_SQ_SIZE=%u must be between %d and %d",
+                  config->sq_size, UCT_REMAPRING_VERBS_SQ_SIZE_MIN,
+                  UCT_REMAPRING_VERBS_SQ_SIZE_MAX);
+        return UCS_ERR_INVALID_PARAM;
     }
 
-    if (verbs->mode == UCT_REMAPRING_VERBS_MODE_PINNED) {
-        /* a pinned page stays the device's: never punched out */
-        pool_params->punch    = 0;
-        pool_params->grow_cb  = uct_remapring_verbs_pool_grown;
-        pool_params->grow_arg = iface;
-        verbs->pool_rkeys     = ucs_calloc(pool_params->max_blocks,
-                                           sizeof(*verbs->pool_rkeys),
-                                           "remapring_pool_rkeys");
-        if (verbs->pool_rkeys == NULL) {
-            ucs_error("remapring: failed to allocate keys of %u blocks",
-                      pool_params->max_blocks);
-            status = UCS_ERR_NO_MEMORY;
-            goto err;
-        }
+    if ((config->srq_size < UCT_REMAPRING_VERBS_SRQ_SIZE_MIN) ||
+        (config->srq_size > UCT_REMAPRING_VERBS_SRQ_SIZE_MAX)) {
+        ucs_error("UCX_REMAPRING_VERBS_SRQ_SIZE=%u must be between %d and %d",
+                  config->srq_size, UCT_REMAPRING_VERBS_SRQ_SIZE_MIN,
+                  UCT_REMAPRING_VERBS_SRQ_SIZE_MAX);
+        return UCS_ERR_INVALID_PARAM;
     }
+
+    if ((config->staging != UCS_MEMUNITS_AUTO) &&
+        ((config->staging == UCS_MEMUNITS_INF) ||
+         (config->staging < min_staging))) {
+        ucs_error("UCX_REMAPRING_VERBS_STAGING=%zu must be at least 2 *"
+                  " BLOCK_SIZE (%zu), or auto",
+                  config->staging, min_staging);
+        return UCS_ERR_INVALID_PARAM;
+    }
+
+    if (config->timeout > UCT_REMAPRING_VERBS_TIMEOUT_MAX) {
+        ucs_error("UCX_REMAPRING_VERBS_TIMEOUT=%u must be at most %d",
+                  config->timeout, UCT_REMAPRING_VERBS_TIMEOUT_MAX);
+        return UCS_ERR_INVALID_PARAM;
+    }
+
+    return UCS_OK;
+}
+
+/* The interface's CQ and SRQ, shared by all its connections, and the
+ * channel of its connection manager */
+static ucs_status_t
+uct_remapring_verbs_iface_queues(uct_remapring_verbs_iface_t *verbs)
+{
+    uct_remapring_verbs_dev_t *dev    = verbs->dev;
+    struct ibv_srq_init_attr srq_attr = {};
 
     verbs->cq = ibv_create_cq(dev->ctx, verbs->srq_size + verbs->sq_size,
                               NULL, NULL, 0);
     if (verbs->cq == NULL) {
-        ucs_error("remapring: ibv_create_cq(%s) failed: %m", dev->name);
-        status = UCS_ERR_IO_ERROR;
-        goto err;
+        ucs_error("ibv_create_cq(%s) failed: %m", dev->name);
+        return UCS_ERR_IO_ERROR;
     }
 
     srq_attr.attr.max_wr  = verbs->srq_size;
     srq_attr.attr.max_sge = 1;
     verbs->srq = ibv_create_srq(dev->pd, &srq_attr);
     if (verbs->srq == NULL) {
-        ucs_error("remapring: ibv_create_srq(%s, %u) failed: %m", dev->name,
+        ucs_error("ibv_create_srq(%s, %u) failed: %m", dev->name,
                   verbs->srq_size);
-        status = UCS_ERR_IO_ERROR;
-        goto err;
+        return UCS_ERR_IO_ERROR;
     }
 
     verbs->srq_size = ucs_min(verbs->srq_size, srq_attr.attr.max_wr);
@@ -2264,66 +2408,56 @@ uct_remapring_verbs_iface_init(uct_remapring_iface_t *iface,
 
     verbs->channel = rdma_create_event_channel();
     if (verbs->channel == NULL) {
-        ucs_error("remapring: rdma_create_event_channel failed: %m");
-        status = UCS_ERR_IO_ERROR;
-        goto err;
+        ucs_error("rdma_create_event_channel failed: %m");
+        return UCS_ERR_IO_ERROR;
     }
 
     if (fcntl(verbs->channel->fd, F_SETFL,
               fcntl(verbs->channel->fd, F_GETFL) | O_NONBLOCK) != 0) {
-        ucs_error("remapring: cannot make the rdma_cm channel non-blocking:"
-                  " %m");
-        status = UCS_ERR_IO_ERROR;
-        goto err;
+        ucs_error("cannot make the rdma_cm channel non-blocking: %m");
+        return UCS_ERR_IO_ERROR;
     }
 
     return UCS_OK;
-
-err:
-    uct_remapring_verbs_iface_cleanup(iface);
-    return status;
 }
 
-ucs_status_t uct_remapring_verbs_iface_listen(uct_remapring_iface_t *iface)
+/* Listen on the port's address, once the pool exists */
+static ucs_status_t
+uct_remapring_verbs_iface_listen(uct_remapring_verbs_iface_t *verbs)
 {
-    uct_remapring_verbs_iface_t *verbs = uct_remapring_verbs(iface);
     struct sockaddr_storage addr       = verbs->addr;
     char name[64];
 
     if (rdma_create_id(verbs->channel, &verbs->listen_id, NULL,
                        RDMA_PS_TCP) != 0) {
-        ucs_error("remapring: rdma_create_id failed: %m");
+        ucs_error("rdma_create_id failed: %m");
         return UCS_ERR_IO_ERROR;
     }
 
     if ((rdma_bind_addr(verbs->listen_id, (struct sockaddr*)&addr) != 0) ||
         (rdma_listen(verbs->listen_id, 128) != 0)) {
-        uct_remapring_verbs_addr_str((struct sockaddr*)&addr, name,
-                                     sizeof(name));
-        ucs_error("remapring: listening on %s failed: %m", name);
+        ucs_sockaddr_str((struct sockaddr *)&addr, name, sizeof(name));
+        ucs_error("listening on %s failed: %m", name);
         return UCS_ERR_IO_ERROR;
     }
 
     verbs->cm_port = rdma_get_src_port(verbs->listen_id);
-    uct_remapring_verbs_addr_str(rdma_get_local_addr(verbs->listen_id), name,
-                                 sizeof(name));
-    ucs_info("remapring: %s:%u listens on %s, %s mode%s", verbs->dev->name,
+    ucs_sockaddr_str(rdma_get_local_addr(verbs->listen_id), name, sizeof(name));
+    ucs_info("%s:%u listens on %s, %s mode%s", verbs->dev->name,
              verbs->port_num, name, uct_remapring_verbs_mode_str(verbs->mode),
              ((verbs->mode == UCT_REMAPRING_VERBS_MODE_ODP) &&
-              (verbs->dev->odp_rec_align > UCT_REMAPRING_RING_ALIGN)) ?
-             ", records on pages" : "");
+              (verbs->dev->odp_rec_align > REMAPRING_RING_ALIGN)) ?
+                     ", records on pages" :
+                     "");
     return UCS_OK;
 }
 
-void uct_remapring_verbs_iface_cleanup(uct_remapring_iface_t *iface)
+/* Free what the interface made of the device, whatever it got to */
+static void
+uct_remapring_verbs_iface_release(uct_remapring_verbs_iface_t *verbs)
 {
-    uct_remapring_verbs_iface_t *verbs = uct_remapring_verbs(iface);
     uct_remapring_vconn_t *vconn, *tmp;
     unsigned i;
-
-    if (verbs == NULL) {
-        return;
-    }
 
     ucs_list_for_each_safe(vconn, tmp, &verbs->rx_conns, list) {
         uct_remapring_rx_vconn_free(vconn);
@@ -2358,6 +2492,189 @@ void uct_remapring_verbs_iface_cleanup(uct_remapring_iface_t *iface)
     kh_destroy_inplace(uct_remapring_vconns, &verbs->qps);
     ucs_free(verbs->pool_mrs);
     ucs_free(verbs->pool_rkeys);
-    ucs_free(verbs);
-    iface->verbs = NULL;
 }
+
+static UCS_CLASS_DECLARE_DELETE_FUNC(uct_remapring_verbs_iface_t, uct_iface_t);
+
+/* clang-format off */
+static uct_iface_ops_t uct_remapring_verbs_iface_tl_ops = {
+    .ep_am_short              = uct_remapring_verbs_ep_am_short,
+    .ep_am_short_iov          = uct_remapring_verbs_ep_am_short_iov,
+    .ep_am_bcopy              = uct_remapring_verbs_ep_am_bcopy,
+    .ep_am_zcopy              = uct_remapring_verbs_ep_am_zcopy,
+    .ep_put_short             = uct_remapring_verbs_ep_put_short,
+    .ep_put_bcopy             = uct_remapring_verbs_ep_put_bcopy,
+    .ep_put_zcopy             = uct_remapring_verbs_ep_put_zcopy,
+    .ep_get_short             = (uct_ep_get_short_func_t)
+                                ucs_empty_function_return_unsupported,
+    .ep_get_bcopy             = uct_remapring_verbs_ep_get_bcopy,
+    .ep_get_zcopy             = uct_remapring_verbs_ep_get_zcopy,
+    .ep_pending_add           = uct_remapring_ep_pending_add,
+    .ep_pending_purge         = uct_remapring_ep_pending_purge,
+    .ep_flush                 = uct_remapring_verbs_ep_flush,
+    .ep_fence                 = uct_base_ep_fence,
+    .ep_check                 = uct_remapring_verbs_ep_check,
+    .ep_create                = UCS_CLASS_NEW_FUNC_NAME(uct_remapring_ep_t),
+    .ep_destroy               = UCS_CLASS_DELETE_FUNC_NAME(uct_remapring_ep_t),
+    .iface_flush              = uct_remapring_verbs_iface_flush,
+    .iface_fence              = uct_base_iface_fence,
+    .iface_progress_enable    = uct_base_iface_progress_enable,
+    .iface_progress_disable   = uct_base_iface_progress_disable,
+    .iface_progress           = uct_remapring_verbs_iface_progress,
+    .iface_event_fd_get       = (uct_iface_event_fd_get_func_t)
+                                ucs_empty_function_return_unsupported,
+    .iface_event_arm          = (uct_iface_event_arm_func_t)
+                                ucs_empty_function_return_unsupported,
+    .iface_close              = UCS_CLASS_DELETE_FUNC_NAME(
+                                        uct_remapring_verbs_iface_t),
+    .iface_query              = uct_remapring_verbs_iface_query,
+    .iface_get_address        = uct_remapring_verbs_iface_get_address,
+    .iface_get_device_address = uct_remapring_verbs_iface_get_device_address,
+    .iface_is_reachable       = uct_remapring_verbs_iface_is_reachable,
+};
+
+static const uct_remapring_iface_ops_t uct_remapring_verbs_iface_ops = {
+    .peer_key      = uct_remapring_verbs_peer_key,
+    .peer_match    = NULL,
+    .peer_create   = uct_remapring_verbs_peer_create,
+    .peer_destroy  = uct_remapring_verbs_peer_destroy,
+    .peer_connect  = uct_remapring_verbs_peer_connect,
+    .peer_stalled  = uct_remapring_verbs_peer_stalled,
+    .peer_can_post = uct_remapring_verbs_peer_can_post
+};
+/* clang-format on */
+
+static UCS_CLASS_INIT_FUNC(uct_remapring_verbs_iface_t, uct_md_h md,
+                           uct_worker_h worker,
+                           const uct_iface_params_t *params,
+                           const uct_iface_config_t *tl_config)
+{
+    const uct_remapring_verbs_iface_config_t *config =
+            ucs_derived_of(tl_config, uct_remapring_verbs_iface_config_t);
+    uct_remapring_verbs_dev_t *dev =
+            ucs_derived_of(md, uct_remapring_verbs_md_t)->dev;
+    uct_remapring_iface_init_params_t init = {
+            .tl_ops   = &uct_remapring_verbs_iface_tl_ops,
+            .ops      = &uct_remapring_verbs_iface_ops,
+            .latency  = UCT_REMAPRING_VERBS_LAT_US * 1e-6,
+            .overhead = UCT_REMAPRING_VERBS_OVH_US * 1e-6};
+    struct ibv_port_attr port_attr;
+    uct_remapring_verbs_mode_t mode;
+    ucs_status_t status;
+    uint8_t port;
+
+    status = uct_remapring_verbs_iface_config_check(config);
+    if (status != UCS_OK) {
+        return status;
+    }
+
+    status = uct_remapring_verbs_iface_port(dev, params->mode.device.dev_name,
+                                            &port);
+    if (status != UCS_OK) {
+        return status;
+    }
+
+    if (ibv_query_port(dev->ctx, port, &port_attr) != 0) {
+        ucs_error("ibv_query_port(%s, %u) failed: %m", dev->name, port);
+        return UCS_ERR_NO_DEVICE;
+    }
+
+    status = uct_remapring_verbs_iface_mode(dev, config->mode, &mode);
+    if (status != UCS_OK) {
+        return status;
+    }
+
+    /* a pinned page stays the device's: the pool registers each chunk as
+     * it is made (from the first ring on), and punches nothing */
+    init.bandwidth   = uct_remapring_verbs_port_bw(&port_attr);
+    init.pool_pin_cb = (mode == UCT_REMAPRING_VERBS_MODE_PINNED) ?
+                               uct_remapring_verbs_pool_grown :
+                               NULL;
+    UCS_CLASS_CALL_SUPER_INIT(uct_remapring_iface_t, &init, md, worker, params,
+                              &config->super);
+
+    self->dev             = dev;
+    self->port_num        = port;
+    self->mode            = mode;
+    self->sq_size         = config->sq_size;
+    self->srq_size        = config->srq_size;
+    self->sig_every       = ucs_max(self->sq_size / 8, 1u);
+    self->timeout         = config->timeout;
+    self->pool_block_size = config->super.block_size;
+    self->staging_size    = ucs_roundup_pow2(
+               (config->staging == UCS_MEMUNITS_AUTO) ?
+                       config->super.block_size * config->super.ring_slots :
+                       config->staging);
+    self->cq          = NULL;
+    self->srq         = NULL;
+    self->srq_posted  = 0;
+    self->channel     = NULL;
+    self->listen_id   = NULL;
+    self->cm_port     = 0;
+    self->nrx         = 0;
+    self->cm_calls    = 0;
+    self->check_calls = 0;
+    self->pool_rkeys  = NULL;
+    self->pool_mrs    = NULL;
+    self->npool_mrs   = 0;
+    ucs_list_head_init(&self->rx_conns);
+    ucs_list_head_init(&self->rx_active);
+    ucs_list_head_init(&self->zombies);
+    kh_init_inplace(uct_remapring_vconns, &self->qps);
+
+    if (!uct_remapring_verbs_port_addr(dev->ctx, port, &self->addr)) {
+        ucs_error("%s has no IP address", params->mode.device.dev_name);
+        status = UCS_ERR_NO_DEVICE;
+        goto err;
+    }
+
+    status = uct_remapring_verbs_iface_queues(self);
+    if (status != UCS_OK) {
+        goto err;
+    }
+
+    status = uct_remapring_verbs_iface_listen(self);
+    if (status != UCS_OK) {
+        goto err;
+    }
+
+    return UCS_OK;
+
+err:
+    uct_remapring_verbs_iface_release(self);
+    return status;
+}
+
+static UCS_CLASS_CLEANUP_FUNC(uct_remapring_verbs_iface_t)
+{
+    uct_base_iface_progress_disable(&self->super.super.super,
+                                    UCT_PROGRESS_SEND | UCT_PROGRESS_RECV);
+    uct_remapring_iface_warn_peers(&self->super);
+    /* the rings and the registrations of the pool go before it */
+    uct_remapring_verbs_iface_release(self);
+}
+
+UCS_CLASS_DEFINE(uct_remapring_verbs_iface_t, uct_remapring_iface_t);
+
+static UCS_CLASS_DEFINE_NEW_FUNC(uct_remapring_verbs_iface_t, uct_iface_t,
+                                 uct_md_h, uct_worker_h,
+                                 const uct_iface_params_t *,
+                                 const uct_iface_config_t *);
+static UCS_CLASS_DEFINE_DELETE_FUNC(uct_remapring_verbs_iface_t, uct_iface_t);
+
+/* The transport is "remapring" in a component of its own, so that the
+ * shared-memory and the RDMA devices are selected as one (UCX_TLS=remapring):
+ * UCT_TL_DEFINE_ENTRY would name the structure after the transport, as the
+ * shared-memory one is named, so this one is written out as it expands */
+uct_tl_t uct_remapring_verbs_tl = {
+        .name          = UCT_REMAPRING_NAME,
+        .query_devices = uct_remapring_verbs_query_tl_devices,
+        .iface_open    = UCS_CLASS_NEW_FUNC_NAME(uct_remapring_verbs_iface_t),
+        .config        = {
+                       .name   = "remapring verbs transport",
+                       .prefix = "REMAPRING_",
+                       .table  = uct_remapring_verbs_iface_config_table,
+                       .size   = sizeof(uct_remapring_verbs_iface_config_t),
+        }};
+
+UCT_SINGLE_TL_INIT(&uct_remapring_verbs_component, remapring_verbs, ctor, , )

@@ -44,12 +44,6 @@
 
 static uct_md_ops_t uct_remapring_verbs_md_ops;
 
-
-int uct_remapring_md_is_verbs(uct_md_h md)
-{
-    return md->ops == &uct_remapring_verbs_md_ops;
-}
-
 /* rdma_cm's context of device @a name: the context its ids use, so that a
  * QP made on an id and our protection domain agree. rdma_cm keeps its
  * devices open for the life of the process. */
@@ -60,7 +54,7 @@ static struct ibv_context *uct_remapring_verbs_find_ctx(const char *name)
 
     list = rdma_get_devices(&num);
     if (list == NULL) {
-        ucs_debug("remapring: rdma_get_devices() failed: %m");
+        ucs_debug("rdma_get_devices() failed: %m");
         return NULL;
     }
 
@@ -162,25 +156,29 @@ static int uct_remapring_verbs_ctx_usable(struct ibv_context *ctx)
     return 0;
 }
 
-ucs_status_t
-uct_remapring_verbs_query_md_resources(uct_md_resource_desc_t **resources_p,
+static ucs_status_t
+uct_remapring_verbs_query_md_resources(uct_component_t *component,
+                                       uct_md_resource_desc_t **resources_p,
                                        unsigned *num_resources_p)
 {
     struct ibv_context **list;
     uct_md_resource_desc_t *resources;
     int i, num = 0;
 
+    *resources_p     = NULL;
+    *num_resources_p = 0;
+
     /* without rdma_cm (no /dev/infiniband/rdma_cm, no device) there is no
      * verbs device to offer */
     list = rdma_get_devices(&num);
     if (list == NULL) {
-        ucs_debug("remapring: no rdma_cm devices: %m");
+        ucs_debug("no rdma_cm devices: %m");
         return UCS_OK;
     }
 
     for (i = 0; i < num; ++i) {
         if (!uct_remapring_verbs_ctx_usable(list[i])) {
-            ucs_debug("remapring: %s has no active port with an IP address",
+            ucs_debug("%s has no active port with an IP address",
                       ibv_get_device_name(list[i]->device));
             continue;
         }
@@ -209,8 +207,9 @@ uct_remapring_verbs_query_tl_devices(uct_md_h uct_md,
                                      uct_tl_device_resource_t **devices_p,
                                      unsigned *num_devices_p)
 {
-    uct_remapring_md_t *md = ucs_derived_of(uct_md, uct_remapring_md_t);
-    struct ibv_context *ctx = md->verbs->ctx;
+    uct_remapring_verbs_md_t *md = ucs_derived_of(uct_md,
+                                                  uct_remapring_verbs_md_t);
+    struct ibv_context *ctx;
     uct_tl_device_resource_t *devices = NULL;
     struct ibv_port_attr port_attr;
     struct ibv_device_attr attr;
@@ -218,9 +217,9 @@ uct_remapring_verbs_query_tl_devices(uct_md_h uct_md,
     unsigned num = 0;
     uint8_t port;
 
+    ctx = md->dev->ctx;
     if (ibv_query_device(ctx, &attr) != 0) {
-        ucs_error("remapring: ibv_query_device(%s) failed: %m",
-                  md->verbs->name);
+        ucs_error("ibv_query_device(%s) failed: %m", md->dev->name);
         return UCS_ERR_IO_ERROR;
     }
 
@@ -237,8 +236,8 @@ uct_remapring_verbs_query_tl_devices(uct_md_h uct_md,
             return UCS_ERR_NO_MEMORY;
         }
 
-        ucs_snprintf_zero(devices[num].name, sizeof(devices[num].name),
-                          "%s:%u", md->verbs->name, port);
+        ucs_snprintf_zero(devices[num].name, sizeof(devices[num].name), "%s:%u",
+                          md->dev->name, port);
         devices[num].type       = UCT_DEVICE_TYPE_NET;
         devices[num].sys_device = UCS_SYS_DEVICE_ID_UNKNOWN;
         ++num;
@@ -269,162 +268,48 @@ static ucs_status_t uct_remapring_verbs_md_query(uct_md_h uct_md,
     return UCS_OK;
 }
 
-static ucs_status_t
-uct_remapring_verbs_reg(uct_remapring_md_t *md, void *address, size_t length,
-                        ucs_memcache_region_t *region,
-                        uct_remapring_memh_t **memh_p)
+static ucs_status_t uct_remapring_verbs_reg(uct_remapring_md_t *super,
+                                            void *address, size_t length,
+                                            uct_remapring_memh_t **memh_p)
 {
-    uct_remapring_memh_t *memh;
+    uct_remapring_verbs_md_t *md = ucs_derived_of(super,
+                                                  uct_remapring_verbs_md_t);
+    uct_remapring_verbs_memh_t *memh;
 
-    memh = ucs_malloc(sizeof(*memh), "uct_remapring_memh_t");
+    memh = ucs_malloc(sizeof(*memh), "uct_remapring_verbs_memh_t");
     if (memh == NULL) {
-        ucs_error("remapring: failed to allocate a memory handle");
+        ucs_error("failed to allocate a memory handle");
         return UCS_ERR_NO_MEMORY;
     }
 
-    memh->mr = ibv_reg_mr(md->verbs->pd, address, length,
+    memh->mr = ibv_reg_mr(md->dev->pd, address, length,
                           UCT_REMAPRING_VERBS_ACCESS);
     if (memh->mr == NULL) {
-        ucs_error("remapring: ibv_reg_mr(%s, %p, %zu) failed: %m",
-                  md->verbs->name, address, length);
+        ucs_error("ibv_reg_mr(%s, %p, %zu) failed: %m", md->dev->name, address,
+                  length);
         ucs_free(memh);
         return UCS_ERR_IO_ERROR;
     }
 
-    memh->address   = address;
-    memh->length    = length;
-    memh->region    = region;
-    memh->allocated = 0;
-    *memh_p         = memh;
+    memh->super.address   = address;
+    memh->super.length    = length;
+    memh->super.region    = NULL;
+    memh->super.allocated = 0;
+    *memh_p               = &memh->super;
     return UCS_OK;
 }
 
-static void uct_remapring_verbs_dereg(uct_remapring_memh_t *memh)
+/* ibv_dereg_mr may be called from any thread */
+static void
+uct_remapring_verbs_dereg(uct_remapring_md_t *md, uct_remapring_memh_t *super)
 {
+    uct_remapring_verbs_memh_t *memh =
+            ucs_derived_of(super, uct_remapring_verbs_memh_t);
+
     if (ibv_dereg_mr(memh->mr) != 0) {
-        ucs_warn("remapring: ibv_dereg_mr(%p) failed: %m", memh->address);
+        ucs_warn("ibv_dereg_mr(%p) failed: %m", super->address);
     }
     ucs_free(memh);
-}
-
-static ucs_status_t uct_remapring_verbs_cache_reg(void *arg,
-                                                  ucs_memcache_region_t *region)
-{
-    uct_remapring_memh_t *memh;
-    ucs_status_t status;
-
-    status = uct_remapring_verbs_reg(arg, (void*)region->range.start,
-                                     region->range.end - region->range.start,
-                                     region, &memh);
-    if (status == UCS_OK) {
-        region->memh = memh;
-    }
-
-    return status;
-}
-
-/* From the thread that put the last reference, or the notifier's (an
- * unmap): ibv_dereg_mr may be called from any thread */
-static void uct_remapring_verbs_cache_dereg(void *arg,
-                                            ucs_memcache_region_t *region)
-{
-    uct_remapring_verbs_dereg(region->memh);
-}
-
-static ucs_memcache_t *uct_remapring_verbs_memcache(uct_remapring_md_t *md)
-{
-    ucs_memcache_params_t params = {
-        .name  = "remapring-verbs",
-        .reg   = uct_remapring_verbs_cache_reg,
-        .dereg = uct_remapring_verbs_cache_dereg,
-        .arg   = md
-    };
-    ucs_memcache_t *cache, *expected = NULL;
-
-    cache = __atomic_load_n(&md->memcache, __ATOMIC_ACQUIRE);
-    if (ucs_likely(cache != NULL) || !md->use_memcache ||
-        !__atomic_load_n(&md->in_use, __ATOMIC_RELAXED)) {
-        return cache;
-    }
-
-    if (ucs_memcache_create(&params, &cache) != UCS_OK) {
-        ucs_diag("remapring: memory cache unavailable, %s registers each"
-                 " buffer on its own", md->verbs->name);
-        md->use_memcache = 0;
-        return NULL;
-    }
-
-    if (!__atomic_compare_exchange_n(&md->memcache, &expected, cache, 0,
-                                     __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE)) {
-        ucs_memcache_destroy(cache);
-        cache = expected;
-    }
-
-    return cache;
-}
-
-static ucs_status_t uct_remapring_verbs_mem_reg(uct_md_h uct_md,
-                                                void *address, size_t length,
-                                                unsigned flags,
-                                                uct_mem_h *memh_p)
-{
-    uct_remapring_md_t *md = ucs_derived_of(uct_md, uct_remapring_md_t);
-    ucs_memcache_t *cache  = uct_remapring_verbs_memcache(md);
-    ucs_memcache_region_t *region;
-    uct_remapring_memh_t *memh;
-    ucs_status_t status;
-
-    if ((cache != NULL) && (length > 0)) {
-        status = ucs_memcache_get(cache, address, length, &region);
-        if (status != UCS_OK) {
-            ucs_error("remapring: cannot register %p length %zu on %s: %s",
-                      address, length, md->verbs->name,
-                      ucs_status_string(status));
-            return status;
-        }
-
-        *memh_p = region->memh;
-        return UCS_OK;
-    }
-
-    status = uct_remapring_verbs_reg(md, address, length, NULL, &memh);
-    if (status == UCS_OK) {
-        *memh_p = memh;
-    }
-
-    return status;
-}
-
-static ucs_status_t
-uct_remapring_verbs_mem_dereg(uct_md_h uct_md,
-                              const uct_md_mem_dereg_params_t *params)
-{
-    uct_remapring_md_t *md = ucs_derived_of(uct_md, uct_remapring_md_t);
-    uct_remapring_memh_t *memh;
-
-    UCT_MD_MEM_DEREG_CHECK_PARAMS(params, 0);
-
-    memh = params->memh;
-    if (memh->region != NULL) {
-        ucs_memcache_put(md->memcache, memh->region);
-    } else {
-        uct_remapring_verbs_dereg(memh);
-    }
-
-    return UCS_OK;
-}
-
-static uint32_t
-uct_remapring_verbs_rkey_hash(const uct_remapring_verbs_rkey_t *rkey)
-{
-    uint64_t h = rkey->magic ^ (rkey->address * 0x9e3779b97f4a7c15ull) ^
-                 (rkey->length * 0xc2b2ae3d27d4eb4full) ^
-                 ((uint64_t)rkey->rkey << 21);
-
-    h ^= h >> 31;
-    h *= 0xbf58476d1ce4e5b9ull;
-    h ^= h >> 29;
-    return (uint32_t)h;
 }
 
 static ucs_status_t
@@ -432,46 +317,55 @@ uct_remapring_verbs_mkey_pack(uct_md_h md, uct_mem_h uct_memh,
                               const uct_md_mkey_pack_params_t *params,
                               void *rkey_buffer)
 {
-    const uct_remapring_memh_t *memh = uct_memh;
+    const uct_remapring_verbs_memh_t *memh = uct_memh;
     uct_remapring_verbs_rkey_t rkey;
 
     rkey.magic   = UCT_REMAPRING_VERBS_RKEY_MAGIC;
-    rkey.address = (uintptr_t)memh->address;
-    rkey.length  = memh->length;
+    rkey.address = (uintptr_t)memh->super.address;
+    rkey.length  = memh->super.length;
     rkey.rkey    = memh->mr->rkey;
-    rkey.check   = uct_remapring_verbs_rkey_hash(&rkey);
+    rkey.check   = uct_remapring_rkey_check_word(
+              &rkey, ucs_offsetof(uct_remapring_verbs_rkey_t, check));
     memcpy(rkey_buffer, &rkey, sizeof(rkey));
     return UCS_OK;
 }
 
-ucs_status_t uct_remapring_verbs_rkey_unpack(const void *rkey_buffer,
-                                             uct_rkey_t *rkey_p)
+static ucs_status_t uct_remapring_verbs_rkey_unpack(uct_component_t *component,
+                                                    const void *rkey_buffer,
+                                                    uct_rkey_t *rkey_p,
+                                                    void **handle_p)
 {
     uct_remapring_verbs_rkey_t *rkey;
-    uint64_t magic;
-
-    memcpy(&magic, rkey_buffer, sizeof(magic));
-    if (magic != UCT_REMAPRING_VERBS_RKEY_MAGIC) {
-        return UCS_ERR_NO_ELEM;
-    }
 
     rkey = ucs_malloc(sizeof(*rkey), "uct_remapring_verbs_rkey_t");
     if (rkey == NULL) {
-        ucs_error("remapring: failed to allocate an rkey");
+        ucs_error("failed to allocate an rkey");
         return UCS_ERR_NO_MEMORY;
     }
 
     memcpy(rkey, rkey_buffer, sizeof(*rkey));
-    if ((rkey->check != uct_remapring_verbs_rkey_hash(rkey)) ||
+    if ((rkey->magic != UCT_REMAPRING_VERBS_RKEY_MAGIC) ||
+        (rkey->check !=
+         uct_remapring_rkey_check_word(
+                 rkey, ucs_offsetof(uct_remapring_verbs_rkey_t, check))) ||
         (rkey->address + rkey->length < rkey->address)) {
-        ucs_error("remapring: malformed verbs rkey (range 0x%" PRIx64
-                  "+%" PRIu64 " key 0x%x)", rkey->address, rkey->length,
-                  rkey->rkey);
+        ucs_error("malformed verbs rkey (range 0x%" PRIx64 "+%" PRIu64
+                  " key 0x%x)",
+                  rkey->address, rkey->length, rkey->rkey);
         ucs_free(rkey);
         return UCS_ERR_INVALID_PARAM;
     }
 
-    *rkey_p = (uintptr_t)rkey;
+    *rkey_p   = (uintptr_t)rkey;
+    *handle_p = NULL;
+    return UCS_OK;
+}
+
+static ucs_status_t uct_remapring_verbs_rkey_release(uct_component_t *component,
+                                                     uct_rkey_t rkey,
+                                                     void *handle)
+{
+    ucs_free((void *)rkey);
     return UCS_OK;
 }
 
@@ -645,7 +539,7 @@ uct_remapring_verbs_odp_probe(uct_remapring_verbs_dev_t *dev)
     for (i = 0; (i < words) && (big_dst[i] == (pattern ^ i)); ++i)
         ;
     if (i < words) {
-        ucs_diag("remapring: ODP probe on %s: a write of %zu bytes from the"
+        ucs_diag("ODP probe on %s: a write of %zu bytes from the"
                  " start of a page differs at byte %zu (path MTU %d bytes)",
                  dev->name, big, i * sizeof(uint64_t),
                  128 << port_attr.active_mtu);
@@ -686,14 +580,16 @@ void uct_remapring_verbs_dev_probe_odp(uct_remapring_verbs_dev_t *dev)
     case UCT_REMAPRING_ODP_EXACT:
         break;
     case UCT_REMAPRING_ODP_PAGE_START:
-        ucs_diag("remapring: %s places an ODP write that starts inside a"
+        ucs_diag("%s places an ODP write that starts inside a"
                  " page at the start of the page: in odp mode records start"
-                 " on pages", dev->name);
+                 " on pages",
+                 dev->name);
         dev->odp_rec_align = ucs_get_page_size();
         break;
     default:
-        ucs_diag("remapring: an ODP write on %s did not land as sent: the"
-                 " pinned mode is used", dev->name);
+        ucs_diag("an ODP write on %s did not land as sent: the"
+                 " pinned mode is used",
+                 dev->name);
         dev->odp = 0;
         break;
     }
@@ -701,49 +597,49 @@ void uct_remapring_verbs_dev_probe_odp(uct_remapring_verbs_dev_t *dev)
 
 static void uct_remapring_verbs_md_close(uct_md_h uct_md)
 {
-    uct_remapring_md_t *md = ucs_derived_of(uct_md, uct_remapring_md_t);
+    uct_remapring_verbs_md_t *md = ucs_derived_of(uct_md,
+                                                  uct_remapring_verbs_md_t);
 
     /* the cache deregisters what it holds before the domain goes */
-    if (md->memcache != NULL) {
-        ucs_memcache_destroy(md->memcache);
+    uct_remapring_md_cleanup(&md->super);
+    if (ibv_dealloc_pd(md->dev->pd) != 0) {
+        ucs_warn("ibv_dealloc_pd(%s) failed: %m", md->dev->name);
     }
 
-    if (ibv_dealloc_pd(md->verbs->pd) != 0) {
-        ucs_warn("remapring: ibv_dealloc_pd(%s) failed: %m", md->verbs->name);
-    }
-
-    ucs_free(md->verbs);
+    ucs_free(md->dev);
     ucs_free(md);
 }
 
-ucs_status_t uct_remapring_verbs_md_open(uct_component_t *component,
-                                         const char *name,
-                                         const uct_md_config_t *config,
-                                         uct_md_h *md_p)
+static const uct_remapring_md_ops_t uct_remapring_verbs_md_reg_ops = {
+        .cache_name = "remapring-verbs",
+        .reg        = uct_remapring_verbs_reg,
+        .dereg      = uct_remapring_verbs_dereg};
+
+static ucs_status_t
+uct_remapring_verbs_md_open(uct_component_t *component, const char *name,
+                            const uct_md_config_t *config, uct_md_h *md_p)
 {
-    const uct_remapring_md_config_t *md_config =
-            ucs_derived_of(config, uct_remapring_md_config_t);
     struct ibv_device_attr_ex attr;
     uct_remapring_verbs_dev_t *dev;
-    uct_remapring_md_t *md;
+    uct_remapring_verbs_md_t *md;
     uint32_t rc_caps;
 
-    md  = ucs_calloc(1, sizeof(*md), "uct_remapring_md_t");
+    md  = ucs_calloc(1, sizeof(*md), "uct_remapring_verbs_md_t");
     dev = ucs_calloc(1, sizeof(*dev), "uct_remapring_verbs_dev_t");
     if ((md == NULL) || (dev == NULL)) {
-        ucs_error("remapring: failed to allocate memory domain %s", name);
+        ucs_error("failed to allocate memory domain %s", name);
         goto err_free;
     }
 
     dev->ctx = uct_remapring_verbs_find_ctx(name);
     if (dev->ctx == NULL) {
-        ucs_error("remapring: no rdma_cm device %s", name);
+        ucs_error("no rdma_cm device %s", name);
         goto err_free;
     }
 
     memset(&attr, 0, sizeof(attr));
     if (ibv_query_device_ex(dev->ctx, NULL, &attr) != 0) {
-        ucs_error("remapring: ibv_query_device_ex(%s) failed: %m", name);
+        ucs_error("ibv_query_device_ex(%s) failed: %m", name);
         goto err_free;
     }
 
@@ -757,22 +653,20 @@ ucs_status_t uct_remapring_verbs_md_open(uct_component_t *component,
 
     dev->pd = ibv_alloc_pd(dev->ctx);
     if (dev->pd == NULL) {
-        ucs_error("remapring: ibv_alloc_pd(%s) failed: %m", name);
+        ucs_error("ibv_alloc_pd(%s) failed: %m", name);
         goto err_free;
     }
 
     /* probed when an interface first needs to know (every UCX process
      * opens every memory domain, most never use it) */
-    dev->odp_rec_align = UCT_REMAPRING_RING_ALIGN;
+    dev->odp_rec_align = REMAPRING_RING_ALIGN;
     dev->odp_probed    = 0;
 
-    md->super.ops       = &uct_remapring_verbs_md_ops;
-    md->super.component = component;
-    md->verbs           = dev;
-    md->use_memcache    = md_config->memcache;
-    ucs_debug("remapring: memory domain %s, %s ODP", name,
-              dev->odp ? "with" : "without");
-    *md_p = &md->super;
+    uct_remapring_md_init(&md->super, component, &uct_remapring_verbs_md_ops,
+                          &uct_remapring_verbs_md_reg_ops, config);
+    md->dev = dev;
+    ucs_debug("memory domain %s, %s ODP", name, dev->odp ? "with" : "without");
+    *md_p = &md->super.super;
     return UCS_OK;
 
 err_free:
@@ -791,13 +685,39 @@ static uct_md_ops_t uct_remapring_verbs_md_ops = {
                               ucs_empty_function_return_unsupported,
     .mem_advise             = (uct_md_mem_advise_func_t)
                               ucs_empty_function_return_unsupported,
-    .mem_reg                = uct_remapring_verbs_mem_reg,
-    .mem_dereg              = uct_remapring_verbs_mem_dereg,
+    .mem_reg                = uct_remapring_md_mem_reg,
+    .mem_dereg              = uct_remapring_md_mem_dereg,
     .mem_query              = (uct_md_mem_query_func_t)
                               ucs_empty_function_return_unsupported,
     .mkey_pack              = uct_remapring_verbs_mkey_pack,
     .is_sockaddr_accessible = ucs_empty_function_return_zero_int,
     .detect_memory_type     = (uct_md_detect_memory_type_func_t)
                               ucs_empty_function_return_unsupported,
+};
+/* clang-format on */
+
+/* clang-format off */
+uct_component_t uct_remapring_verbs_component = {
+    .query_md_resources = uct_remapring_verbs_query_md_resources,
+    .md_open            = uct_remapring_verbs_md_open,
+    .cm_open            = (uct_component_cm_open_func_t)
+                          ucs_empty_function_return_unsupported,
+    .rkey_unpack        = uct_remapring_verbs_rkey_unpack,
+    .rkey_ptr           = (uct_component_rkey_ptr_func_t)
+                          ucs_empty_function_return_unsupported,
+    .rkey_release       = uct_remapring_verbs_rkey_release,
+    .name               = UCT_REMAPRING_VERBS_COMPONENT_NAME,
+    .md_config          = {
+        .name           = "remapring verbs memory domain",
+        .prefix         = "REMAPRING_",
+        .table          = uct_remapring_md_config_table,
+        .size           = sizeof(uct_remapring_md_config_t),
+    },
+    .cm_config          = UCS_CONFIG_EMPTY_GLOBAL_LIST_ENTRY,
+    .tl_list            = UCT_COMPONENT_TL_LIST_INITIALIZER(
+                                  &uct_remapring_verbs_component),
+    .flags              = 0,
+    .md_vfs_init        = (uct_component_md_vfs_init_func_t)
+                          ucs_empty_function
 };
 /* clang-format on */

@@ -1,0 +1,188 @@
+/**
+ * Copyright (c) remapring contributors. See file LICENSE for terms.
+ */
+
+#ifndef UCT_REMAPRING_SM_H_
+#define UCT_REMAPRING_SM_H_
+
+/*
+ * The shared-memory transport ("remapring"): the ring between processes of
+ * one host; its types and the operations its files share. A receiver's control area (remapring_sm_ctl.h) is where its
+ * senders find their rings; each sender writes with one of two wires, shm
+ * (stores into the receiver's mapped pool, through the slot table it
+ * shares) or cma (process_vm_writev into its ring view). The connection
+ * state machine, both halves, is in remapring_sm_conn.c.
+ */
+
+#include "remapring_sm_ctl.h"
+
+#include <uct/ib/remapring/base/remapring_ep.h>
+#include <uct/ib/remapring/base/remapring_iface.h>
+
+
+/** The one device the transport offers: this host's memory. */
+#define UCT_REMAPRING_SM_DEVICE_NAME "memory"
+
+
+/**
+ * Transport configuration (UCX_REMAPRING_*).
+ */
+typedef struct uct_remapring_sm_iface_config {
+    uct_remapring_iface_config_t super;
+    uct_remapring_wire_type_t wire; /* how this process sends */
+    unsigned max_peers; /* senders one iface accepts */
+} uct_remapring_sm_iface_config_t;
+
+
+/** Empty polls of a ring before it sleeps on its doorbell: some
+ *  microseconds of progress, longer than a round trip between two
+ *  processes */
+#define UCT_REMAPRING_RX_ARM_AFTER 256
+
+
+/* Where a receiver's connection is polled */
+enum {
+    UCT_REMAPRING_RX_IDLE   = 0, /* not polled: no ring, failed, closing */
+    UCT_REMAPRING_RX_ACTIVE = 1, /* polled by every progress call */
+    UCT_REMAPRING_RX_ASLEEP = 2 /* waits for its doorbell, and the sweep */
+};
+
+
+typedef struct uct_remapring_sm_iface uct_remapring_sm_iface_t;
+
+
+/**
+ * Receiver's state of one connection.
+ */
+typedef struct uct_remapring_rx_conn {
+    uct_remapring_sm_iface_t *iface;
+    remapring_ring_t *ring; /* NULL until the sender claimed
+                                           it */
+    uct_remapring_proc_t sender; /* watched while the ring exists */
+    uint64_t sender_id; /* of the sender it accepted */
+    int failed; /* FAILED by us: never drained */
+    int offered; /* ring made in advance, no sender
+                                           yet */
+    int active; /* UCT_REMAPRING_RX_{IDLE,ACTIVE,
+                                           ASLEEP} */
+    unsigned idle_polls; /* empty polls since the last
+                                            record */
+    ucs_list_link_t list; /* in iface->rx.active or
+                                           rx.asleep */
+} uct_remapring_rx_conn_t;
+
+
+/**
+ * Interface of the shared-memory transport.
+ */
+struct uct_remapring_sm_iface {
+    uct_remapring_iface_t super;
+    uct_remapring_wire_type_t wire; /* how this process sends */
+    uct_remapring_watch_t watch; /* processes of both sides */
+    unsigned progress_calls; /* since the last checks */
+    struct {
+        uct_remapring_ctl_area_t ctl;
+        uct_remapring_rx_conn_t *conns; /* [max_peers] */
+        ucs_list_link_t active; /* conns with data */
+        ucs_list_link_t asleep; /* conns on their doorbell,
+                                                   swept in turn */
+        uint64_t nswept; /* woken by the sweep */
+        unsigned nconns; /* rings of senders */
+        unsigned noffered; /* rings made in advance */
+        unsigned offer_cursor; /* where to look for more */
+    } rx;
+    struct {
+        khiter_t yield_cursor; /* next peer to look at for
+                                                   a reclaim request */
+    } tx;
+};
+
+
+/**
+ * A sending interface's connection to a receiver on this host.
+ */
+typedef struct uct_remapring_sm_peer {
+    uct_remapring_peer_t super;
+    uct_remapring_remote_t remote; /* control area and connection */
+    int pool_fd; /* shm wire: the receiver's pool until
+                                       the wire maps it, or -1 */
+    unsigned stalls; /* sends refused for credit */
+} uct_remapring_sm_peer_t;
+
+
+/**
+ * Check the transport's settings, the shared ones included; logs and
+ * returns UCS_ERR_INVALID_PARAM naming the first bad one.
+ */
+ucs_status_t uct_remapring_sm_iface_config_check(
+        const uct_remapring_sm_iface_config_t *config);
+
+
+/** The operations of a peer of this transport (remapring_sm_conn.c) */
+extern const uct_remapring_iface_ops_t uct_remapring_sm_iface_ops;
+
+
+/* ------------------------------------------------- endpoint operations */
+
+/** Active messages; see uct_ep_am_short() and friends. */
+ucs_status_t uct_remapring_sm_ep_am_short(uct_ep_h tl_ep, uint8_t id,
+                                          uint64_t header, const void *payload,
+                                          unsigned length);
+
+/** See uct_ep_am_short_iov(). */
+ucs_status_t uct_remapring_sm_ep_am_short_iov(uct_ep_h tl_ep, uint8_t id,
+                                              const uct_iov_t *iov,
+                                              size_t iovcnt);
+
+/** See uct_ep_am_bcopy(). */
+ssize_t uct_remapring_sm_ep_am_bcopy(uct_ep_h tl_ep, uint8_t id,
+                                     uct_pack_callback_t pack_cb, void *arg,
+                                     unsigned flags);
+
+/** See uct_ep_am_zcopy(); completes at once. */
+ucs_status_t
+uct_remapring_sm_ep_am_zcopy(uct_ep_h tl_ep, uint8_t id, const void *header,
+                             unsigned header_length, const uct_iov_t *iov,
+                             size_t iovcnt, unsigned flags,
+                             uct_completion_t *comp);
+
+/** Put and get with process_vm_writev/readv, through a buffer or from the
+ *  caller's bytes; they complete at once. See uct_ep_put_short(). */
+ucs_status_t uct_remapring_sm_ep_put_short(uct_ep_h tl_ep, const void *buffer,
+                                           unsigned length,
+                                           uint64_t remote_addr,
+                                           uct_rkey_t rkey);
+
+/** See uct_ep_put_bcopy(). */
+ssize_t uct_remapring_sm_ep_put_bcopy(uct_ep_h tl_ep,
+                                      uct_pack_callback_t pack_cb, void *arg,
+                                      uint64_t remote_addr, uct_rkey_t rkey);
+
+/** See uct_ep_put_zcopy(). */
+ucs_status_t uct_remapring_sm_ep_put_zcopy(uct_ep_h tl_ep, const uct_iov_t *iov,
+                                           size_t iovcnt, uint64_t remote_addr,
+                                           uct_rkey_t rkey,
+                                           uct_completion_t *comp);
+
+/** See uct_ep_get_short(). */
+ucs_status_t
+uct_remapring_sm_ep_get_short(uct_ep_h tl_ep, void *buffer, unsigned length,
+                              uint64_t remote_addr, uct_rkey_t rkey);
+
+/** See uct_ep_get_bcopy(). */
+ucs_status_t
+uct_remapring_sm_ep_get_bcopy(uct_ep_h tl_ep, uct_unpack_callback_t unpack_cb,
+                              void *arg, size_t length, uint64_t remote_addr,
+                              uct_rkey_t rkey, uct_completion_t *comp);
+
+/** See uct_ep_get_zcopy(). */
+ucs_status_t uct_remapring_sm_ep_get_zcopy(uct_ep_h tl_ep, const uct_iov_t *iov,
+                                           size_t iovcnt, uint64_t remote_addr,
+                                           uct_rkey_t rkey,
+                                           uct_completion_t *comp);
+
+/** Keepalive: fails the peer if the receiver or its interface is gone. */
+ucs_status_t uct_remapring_sm_ep_check(uct_ep_h tl_ep, unsigned flags,
+                                       uct_completion_t *comp);
+
+#endif
