@@ -10,6 +10,7 @@
 
 #include <ucs/algorithm/crc.h>
 #include <ucs/debug/log.h>
+#include <ucs/debug/memtrack_int.h>
 
 
 /* clang-format off */
@@ -175,6 +176,13 @@ ucs_status_t uct_remapring_md_mem_dereg(uct_md_h uct_md,
         md->reg_ops->dereg(md, memh);
     }
 
+    return UCS_OK;
+}
+
+ucs_status_t uct_remapring_rkey_release(uct_component_t *component,
+                                        uct_rkey_t rkey, void *handle)
+{
+    ucs_free((void*)rkey);
     return UCS_OK;
 }
 

@@ -122,6 +122,47 @@ uct_remapring_md_mem_dereg(uct_md_h uct_md,
 
 
 /**
+ * See uct_component_t's rkey_release: every unpacked remote key of ours is
+ * one allocation.
+ */
+ucs_status_t uct_remapring_rkey_release(uct_component_t *component,
+                                        uct_rkey_t rkey, void *handle);
+
+
+/**
+ * Define @a _var, the UCT component @a _name of memory domains on the ring,
+ * whose md settings are the shared UCX_REMAPRING_* ones (the one place a
+ * component of ours is spelled out).
+ */
+/* clang-format off */
+#define UCT_REMAPRING_COMPONENT_DEFINE(_var, _name, _query_md_resources, \
+                                       _md_open, _rkey_unpack) \
+    uct_component_t _var = { \
+        .query_md_resources = _query_md_resources, \
+        .md_open            = _md_open, \
+        .cm_open            = (uct_component_cm_open_func_t) \
+                              ucs_empty_function_return_unsupported, \
+        .rkey_unpack        = _rkey_unpack, \
+        .rkey_ptr           = (uct_component_rkey_ptr_func_t) \
+                              ucs_empty_function_return_unsupported, \
+        .rkey_release       = uct_remapring_rkey_release, \
+        .name               = _name, \
+        .md_config          = { \
+            .name           = _name " memory domain", \
+            .prefix         = "REMAPRING_", \
+            .table          = uct_remapring_md_config_table, \
+            .size           = sizeof(uct_remapring_md_config_t), \
+        }, \
+        .cm_config          = UCS_CONFIG_EMPTY_GLOBAL_LIST_ENTRY, \
+        .tl_list            = UCT_COMPONENT_TL_LIST_INITIALIZER(&_var), \
+        .flags              = 0, \
+        .md_vfs_init        = (uct_component_md_vfs_init_func_t) \
+                              ucs_empty_function \
+    }
+/* clang-format on */
+
+
+/**
  * The check word of a packed remote key: a CRC of its first @a size bytes,
  * which guards against truncated or foreign keys.
  */

@@ -335,36 +335,7 @@ uct_remapring_sm_component_rkey_unpack(uct_component_t *component,
     return uct_remapring_sm_rkey_unpack(rkey_buffer, rkey_p);
 }
 
-static ucs_status_t
-uct_remapring_sm_component_rkey_release(uct_component_t *component,
-                                        uct_rkey_t rkey, void *handle)
-{
-    ucs_free((void *)rkey);
-    return UCS_OK;
-}
-
-/* clang-format off */
-uct_component_t uct_remapring_sm_component = {
-    .query_md_resources = uct_remapring_sm_query_md_resources,
-    .md_open            = uct_remapring_sm_component_md_open,
-    .cm_open            = (uct_component_cm_open_func_t)
-                          ucs_empty_function_return_unsupported,
-    .rkey_unpack        = uct_remapring_sm_component_rkey_unpack,
-    .rkey_ptr           = (uct_component_rkey_ptr_func_t)
-                          ucs_empty_function_return_unsupported,
-    .rkey_release       = uct_remapring_sm_component_rkey_release,
-    .name               = UCT_REMAPRING_NAME,
-    .md_config          = {
-        .name           = "remapring memory domain",
-        .prefix         = "REMAPRING_",
-        .table          = uct_remapring_md_config_table,
-        .size           = sizeof(uct_remapring_md_config_t),
-    },
-    .cm_config          = UCS_CONFIG_EMPTY_GLOBAL_LIST_ENTRY,
-    .tl_list            = UCT_COMPONENT_TL_LIST_INITIALIZER(
-                                  &uct_remapring_sm_component),
-    .flags              = 0,
-    .md_vfs_init        = (uct_component_md_vfs_init_func_t)
-                          ucs_empty_function
-};
-/* clang-format on */
+UCT_REMAPRING_COMPONENT_DEFINE(uct_remapring_sm_component, UCT_REMAPRING_NAME,
+                               uct_remapring_sm_query_md_resources,
+                               uct_remapring_sm_component_md_open,
+                               uct_remapring_sm_component_rkey_unpack);

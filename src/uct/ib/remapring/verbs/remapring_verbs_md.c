@@ -361,14 +361,6 @@ static ucs_status_t uct_remapring_verbs_rkey_unpack(uct_component_t *component,
     return UCS_OK;
 }
 
-static ucs_status_t uct_remapring_verbs_rkey_release(uct_component_t *component,
-                                                     uct_rkey_t rkey,
-                                                     void *handle)
-{
-    ucs_free((void *)rkey);
-    return UCS_OK;
-}
-
 /* What an ODP write probe found */
 typedef enum {
     UCT_REMAPRING_ODP_EXACT,      /* the bytes land where they were sent */
@@ -696,28 +688,8 @@ static uct_md_ops_t uct_remapring_verbs_md_ops = {
 };
 /* clang-format on */
 
-/* clang-format off */
-uct_component_t uct_remapring_verbs_component = {
-    .query_md_resources = uct_remapring_verbs_query_md_resources,
-    .md_open            = uct_remapring_verbs_md_open,
-    .cm_open            = (uct_component_cm_open_func_t)
-                          ucs_empty_function_return_unsupported,
-    .rkey_unpack        = uct_remapring_verbs_rkey_unpack,
-    .rkey_ptr           = (uct_component_rkey_ptr_func_t)
-                          ucs_empty_function_return_unsupported,
-    .rkey_release       = uct_remapring_verbs_rkey_release,
-    .name               = UCT_REMAPRING_VERBS_COMPONENT_NAME,
-    .md_config          = {
-        .name           = "remapring verbs memory domain",
-        .prefix         = "REMAPRING_",
-        .table          = uct_remapring_md_config_table,
-        .size           = sizeof(uct_remapring_md_config_t),
-    },
-    .cm_config          = UCS_CONFIG_EMPTY_GLOBAL_LIST_ENTRY,
-    .tl_list            = UCT_COMPONENT_TL_LIST_INITIALIZER(
-                                  &uct_remapring_verbs_component),
-    .flags              = 0,
-    .md_vfs_init        = (uct_component_md_vfs_init_func_t)
-                          ucs_empty_function
-};
-/* clang-format on */
+UCT_REMAPRING_COMPONENT_DEFINE(uct_remapring_verbs_component,
+                               UCT_REMAPRING_VERBS_COMPONENT_NAME,
+                               uct_remapring_verbs_query_md_resources,
+                               uct_remapring_verbs_md_open,
+                               uct_remapring_verbs_rkey_unpack);
