@@ -10,7 +10,9 @@
 #           second; the memory of one connection next to rc_verbs';
 #           ucp_hold (test/apps/ucp_hold.c); ucp_remap (test/apps/
 #           ucp_remap.c: a registered buffer unmapped and new memory mapped
-#           at its address, the next transfer reads the new memory); then,
+#           at its address, the next transfer reads the new memory); the
+#           RDMA cases of test/gtest/ucp/test_ucp_rules.cc (AM alignment,
+#           the status of every operation after a failure); then,
 #           in the same boot, UCX's UCT suites (contrib/ucx-gtest.sh's
 #           harness) on rxe0 (test/scripts/vm/ucx_suites.sh: only the
 #           cases instantiated on rxe0:1 and on the rxe0 memory domain, the
@@ -43,6 +45,11 @@ for app in ucp_hold ucp_remap; do
         "$REMAPRING_SRCDIR/test/apps/$app.c" \
         $(pkg-config --cflags --libs ucx) -lm -ldl || fail "build $app"
 done
+# what UCP expects of a transport (test/gtest/ucp/test_ucp_rules.cc), its
+# RDMA cases: the transport linked in, nothing preloaded
+rules=$REMAPRING_BUILDDIR/test/gtest/gtest_ucp_rules
+[ -x "$rules" ] || fail "no $rules: build the suites first (make check)"
+strip -o "$tmp/apps/gtest_ucp_rules" "$rules" || fail "strip $rules"
 apps=(-a "$tmp/apps:/payload/apps")
 # the ping-pong, built here against the host's MPIs, for the pairs
 if command -v mpicc.mpich >/dev/null; then

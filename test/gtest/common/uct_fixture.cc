@@ -144,7 +144,8 @@ ucs_status_t entity::open(uct_component_h component,
                           const std::string &md_name, const config_t &config,
                           unsigned rx_headroom,
                           uct_error_handler_t err_handler, void *err_arg,
-                          std::unique_ptr<entity> *e_p)
+                          std::unique_ptr<entity> *e_p, size_t am_align,
+                          size_t am_align_offset)
 {
     std::unique_ptr<entity> e(new entity());
     uct_iface_params_t params = {};
@@ -202,6 +203,12 @@ ucs_status_t entity::open(uct_component_h component,
     params.mode.device.tl_name  = "remapring";
     params.mode.device.dev_name = "memory";
     params.rx_headroom          = rx_headroom;
+    if (am_align > 0) {
+        params.field_mask     |= UCT_IFACE_PARAM_FIELD_AM_ALIGNMENT |
+                                 UCT_IFACE_PARAM_FIELD_AM_ALIGN_OFFSET;
+        params.am_alignment    = am_align;
+        params.am_align_offset = am_align_offset;
+    }
     if (err_handler != nullptr) {
         params.field_mask     |= UCT_IFACE_PARAM_FIELD_ERR_HANDLER |
                                  UCT_IFACE_PARAM_FIELD_ERR_HANDLER_ARG |
@@ -459,13 +466,15 @@ ucs_status_t uct_fixture::try_create_entity(const config_t &config,
 entity *uct_fixture::create_entity(const config_t &config,
                                    unsigned rx_headroom,
                                    uct_error_handler_t err_handler,
-                                   void *err_arg)
+                                   void *err_arg, size_t am_align,
+                                   size_t am_align_offset)
 {
     std::unique_ptr<entity> e;
     ucs_status_t status;
 
     status = entity::open(m_component, m_md_name, config, rx_headroom,
-                          err_handler, err_arg, &e);
+                          err_handler, err_arg, &e, am_align,
+                          am_align_offset);
     EXPECT_EQ(UCS_OK, status) << ucs_status_string(status);
     if (status != UCS_OK) {
         return nullptr;

@@ -43,12 +43,14 @@ static const double DEFAULT_TIMEOUT = 10.0;
  */
 class entity {
 public:
-    /** Open everything; returns the first failure, nothing left open */
+    /** Open everything; returns the first failure, nothing left open.
+     *  @a am_align > 0: UCT_IFACE_PARAM_FIELD_AM_ALIGNMENT and _OFFSET */
     static ucs_status_t open(uct_component_h component,
                              const std::string &md_name,
                              const config_t &config, unsigned rx_headroom,
                              uct_error_handler_t err_handler,
-                             void *err_arg, std::unique_ptr<entity> *e_p);
+                             void *err_arg, std::unique_ptr<entity> *e_p,
+                             size_t am_align = 0, size_t am_align_offset = 0);
     ~entity();
 
     /** Create an endpoint to the interface at @a dev_addr/@a iface_addr */
@@ -142,7 +144,8 @@ protected:
     entity *create_entity(const config_t &config = config_t(),
                           unsigned rx_headroom = 0,
                           uct_error_handler_t err_handler = nullptr,
-                          void *err_arg = nullptr);
+                          void *err_arg = nullptr, size_t am_align = 0,
+                          size_t am_align_offset = 0);
 
     /** Open an entity, return the status (for settings that must fail) */
     ucs_status_t try_create_entity(const config_t &config,

@@ -2,7 +2,7 @@
  * Copyright (c) remapring contributors. See file LICENSE for terms.
  *
  * The connection protocol's races, driven step by step through
- * remapring_conn.h: the receiver's control area and the senders' claims in
+ * remapring_sm_ctl.h: the receiver's control area and the senders' claims in
  * one process, each interleaving written out in the order the test names.
  *
  * A receiver makes rings in advance on FREE slots (offers) while senders
@@ -65,7 +65,7 @@ protected:
         }
         m_ctl_maps.clear();
         for (auto &remote : m_remotes) {
-            uct_remapring_remote_detach(remote.get(), &m_watch);
+            uct_remapring_remote_detach(remote.get(), &m_watch, 0);
         }
         m_remotes.clear();
         if (m_watch_made) {
@@ -194,7 +194,7 @@ TEST_F(test_uct_conn, claim_during_offer)
         uct_remapring_ctl_release(&m_area, sender->index);
         uct_remapring_ctl_release(&m_area, taker->index);
         for (auto &remote : m_remotes) {
-            uct_remapring_remote_detach(remote.get(), &m_watch);
+            uct_remapring_remote_detach(remote.get(), &m_watch, 0);
         }
         m_remotes.clear();
     }
@@ -229,23 +229,35 @@ TEST_F(test_uct_conn, offer_not_made)
 }
 
 /* The receiver accepts (READY) or fails (FAILED) a claimed slot while its
- * sender closes it: the close stands, and the slot is freed on the
- * sender's doorbell instead of staying until the sender exits */
+ * sender closes it (CLOSED, or RESET after a cancelling flush): the close
+ * stands, RESET is read as a CLOSED that was reset, and the slot is freed
+ * on the sender's doorbell instead of staying until the sender exits */
 TEST_F(test_uct_conn, close_during_accept_or_fail)
 {
-    for (auto to : {UCT_REMAPRING_CONN_READY, UCT_REMAPRING_CONN_FAILED}) {
+    static const struct {
+        int                        reset;
+        uct_remapring_conn_state_t to;
+    } cases[] = {{0, UCT_REMAPRING_CONN_READY}, {0, UCT_REMAPRING_CONN_FAILED},
+                 {1, UCT_REMAPRING_CONN_READY}, {1, UCT_REMAPRING_CONN_FAILED}};
+
+    for (const auto &c : cases) {
+        int reset                      = c.reset;
+        uct_remapring_conn_state_t to  = c.to;
         uct_remapring_remote_t *sender = claim(UCT_REMAPRING_WIRE_CMA);
         ASSERT_NE(nullptr, sender);
         unsigned index = sender->index;
 
         /* the sender closes between the receiver's look and its store */
-        uct_remapring_remote_detach(sender, &m_watch);
+        uct_remapring_remote_detach(sender, &m_watch, reset);
         m_remotes.pop_back();
         ASSERT_EQ(UCT_REMAPRING_CONN_CLOSED, state(index));
+        EXPECT_EQ(reset, uct_remapring_conn_was_reset(&m_area.conns[index]));
         EXPECT_EQ(UCT_REMAPRING_CONN_CLOSED,
                   uct_remapring_ctl_set_unless_closed(&m_area, index, to));
         EXPECT_EQ(UCT_REMAPRING_CONN_CLOSED, state(index));
+        EXPECT_EQ(reset, uct_remapring_conn_was_reset(&m_area.conns[index]));
         uct_remapring_ctl_release(&m_area, index);
+        EXPECT_FALSE(uct_remapring_conn_was_reset(&m_area.conns[index]));
 
         /* without a close, the move happens */
         sender = claim(UCT_REMAPRING_WIRE_CMA);
@@ -255,7 +267,7 @@ TEST_F(test_uct_conn, close_during_accept_or_fail)
                                                       to));
         EXPECT_EQ(to, state(sender->index));
         index = sender->index;
-        uct_remapring_remote_detach(sender, &m_watch);
+        uct_remapring_remote_detach(sender, &m_watch, 0);
         m_remotes.pop_back();
         uct_remapring_ctl_release(&m_area, index);
     }

@@ -13,7 +13,11 @@
  *   uct_ep_destroy(), and after a sender that closed right after writing a
  *   bad record;
  * - without pidfd_open (Linux before 5.3, seccomp, valgrind) the receiver
- *   still accepts senders and notices when they exit.
+ *   still accepts senders and notices when they exit;
+ * - two interfaces with endpoints to each other, one drops its endpoint
+ *   after a cancelling flush (what UCP's force close does): the other's
+ *   endpoint fails at its next uct_ep_check(), and only then; not after
+ *   an ordinary destroy, nor once the first connected again.
  */
 
 #include "common/uct_fixture.h"
@@ -230,7 +234,92 @@ TEST_P(test_uct_failure_wire, receiver_killed_with_pending)
     close(cmd);
 }
 
+/* How interface b drops its endpoint to a, and what a's endpoint to b
+ * then does at uct_ep_check() */
+class test_uct_failure_reverse : public test_uct_failure_wire {
+protected:
+    /* a and b with endpoints to each other, a message each way taken */
+    void pair()
+    {
+        m_a  = create_entity({{"WIRE", m_wire}}, 0, err_handler, this);
+        m_b  = create_entity({{"WIRE", m_wire}}, 0, err_handler, this);
+        ASSERT_NE(nullptr, m_a);
+        ASSERT_NE(nullptr, m_b);
+        m_ab = connect(m_a, m_b);
+        m_ba = connect(m_b, m_a);
+        ASSERT_NE(nullptr, m_ab);
+        ASSERT_NE(nullptr, m_ba);
+        ASSERT_EQ(UCS_OK, retry([&]() { return send(m_ab, 1); }));
+        ASSERT_EQ(UCS_OK, retry([&]() { return send(m_ba, 2); }));
+    }
+
+    /* b drops its endpoint to a, with a cancelling flush first or not */
+    void drop_ba(bool cancel)
+    {
+        if (cancel) {
+            EXPECT_EQ(UCS_OK, uct_ep_flush(m_ba, UCT_FLUSH_FLAG_CANCEL, NULL));
+        }
+        m_b->ep_destroy(m_ba);
+        m_ba = nullptr;
+    }
+
+    /* Checks of a's endpoint for @a seconds, progressing: whether the error
+     * handler ran */
+    bool checked_fails(double seconds)
+    {
+        return wait_for([&]() {
+            uct_ep_check(m_ab, 0, NULL);
+            return m_errors > 0;
+        }, seconds);
+    }
+
+    entity  *m_a  = nullptr;
+    entity  *m_b  = nullptr;
+    uct_ep_h m_ab = nullptr;
+    uct_ep_h m_ba = nullptr;
+};
+
+TEST_P(test_uct_failure_reverse, cancelled_then_destroyed)
+{
+    pair();
+    drop_ba(true);
+
+    /* not before a check: endpoints that nothing checks do not fail */
+    for (int i = 0; i < 1000; ++i) {
+        progress();
+    }
+    EXPECT_EQ(0, m_errors);
+    EXPECT_EQ(UCS_OK, send(m_ab, 3));
+
+    scoped_log_capture log;
+    EXPECT_TRUE(checked_fails(DEFAULT_TIMEOUT)) << "error handler not called";
+    EXPECT_EQ(m_ab, m_err_ep);
+    EXPECT_EQ(1, m_errors);
+    EXPECT_EQ(UCS_ERR_ENDPOINT_TIMEOUT, send(m_ab, 4));
+}
+
+TEST_P(test_uct_failure_reverse, destroyed_not_failed)
+{
+    pair();
+    drop_ba(false);
+    EXPECT_FALSE(checked_fails(0.3));
+    EXPECT_EQ(UCS_OK, retry([&]() { return send(m_ab, 3); }));
+}
+
+TEST_P(test_uct_failure_reverse, cancelled_then_connected_again)
+{
+    pair();
+    drop_ba(true);
+    m_ba = connect(m_b, m_a);
+    ASSERT_NE(nullptr, m_ba);
+    ASSERT_EQ(UCS_OK, retry([&]() { return send(m_ba, 5); }));
+    EXPECT_FALSE(checked_fails(0.3));
+    EXPECT_EQ(UCS_OK, retry([&]() { return send(m_ab, 3); }));
+}
+
 INSTANTIATE_TEST_SUITE_P(wire, test_uct_failure_wire,
+                         testing::Values("shm", "cma"));
+INSTANTIATE_TEST_SUITE_P(wire, test_uct_failure_reverse,
                          testing::Values("shm", "cma"));
 
 /* The receiver dies before it took in our connection: on the cma wire the

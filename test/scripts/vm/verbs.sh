@@ -12,8 +12,9 @@
 #   MODE    odp or pinned: the mode the interface must report
 #   MODULE  libuct_remapring.so, preloaded
 #   APPS    a directory with programs of test/apps built on the host:
-#           ucp_hold and ucp_remap in one guest (ucp_remap has two
-#           workers in one process), ucp_hold, mpi_pingpong_ompi and
+#           ucp_hold, ucp_remap and gtest_ucp_rules (the UCP suite,
+#           test/gtest) in one guest (ucp_remap has two workers in one
+#           process), ucp_hold, mpi_pingpong_ompi and
 #           mpi_pingpong_mpich between two (MPI needs run.sh -M)
 # Runs, the shm devices left out (UCX_SHM_DEVICES= ) so that the traffic
 # is on rxe0:1:
@@ -34,6 +35,8 @@
 #   ucp_remap: a buffer sent by rendezvous (RDMA READ from its
 #   registration), unmapped, new memory mapped at its address (mmap
 #   MAP_FIXED, mremap): each round's receiver sees the new memory
+#   gtest_ucp_rules (APPS, one guest): its RDMA cases, on rxe0:1 looped
+#   back: a worker with AM alignment, every operation after a failure
 #
 . /vm/lib.sh
 
@@ -261,6 +264,17 @@ if [ -n "$apps" ] && [ "$where" = one ]; then
     [ $st -eq 0 ] && grep -q '^PASS' /tmp/remap &&
         check "ucp_remap: every round read the new memory" ||
         bad "ucp_remap: status $st"
+
+    # the transport is linked into the suite: nothing preloaded
+    vm_note "what UCP expects of a transport, on rxe0:1 (gtest_ucp_rules)"
+    timeout 300 "$apps/gtest_ucp_rules" --gtest_filter='*/verbs*' \
+        > /tmp/rules 2>&1
+    st=$?
+    grep -E '^\[ *(OK|FAILED|SKIPPED|PASSED|INFO) ' /tmp/rules | sed 's/^/   /'
+    ran=$(grep -c '^\[ *OK \].*/verbs' /tmp/rules)
+    [ $st -eq 0 ] && [ "$ran" -eq 5 ] &&
+        check "gtest_ucp_rules: $ran RDMA cases" ||
+        bad "gtest_ucp_rules: status $st, $ran of 5 RDMA cases passed"
 fi
 
 # ucp_hold across the guests: the receiver on a, the sender on b

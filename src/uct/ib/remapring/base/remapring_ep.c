@@ -30,6 +30,7 @@ static unsigned uct_remapring_ep_err_progress(void *arg)
     uct_remapring_ep_t *ep       = arg;
     uct_remapring_iface_t *iface = uct_remapring_ep_iface(ep);
     ucs_status_t peer_status     = ep->peer->status;
+    ucs_status_t cause           = ep->peer->cause;
     const char *reason           = ep->peer->reason;
     char name[sizeof(ep->peer->name)];
     ucs_status_t status;
@@ -43,7 +44,7 @@ static unsigned uct_remapring_ep_err_progress(void *arg)
     ucs_log(uct_base_iface_failure_log_level(&iface->super, status,
                                              peer_status),
             "ep %p to %s: %s (%s)", arg, name, reason,
-            ucs_status_string(peer_status));
+            ucs_status_string(cause));
     return 1;
 }
 
@@ -88,16 +89,19 @@ static void uct_remapring_ep_unblock(uct_remapring_ep_t *ep)
  * callback at the interface's failure level; the caller logs what it found
  * wrong beyond that. */
 void uct_remapring_peer_failed(uct_remapring_peer_t *peer,
-                               ucs_status_t status, const char *reason)
+                               ucs_status_t cause, const char *reason)
 {
     uct_remapring_ep_t *ep;
 
+    ucs_assert(UCS_STATUS_IS_ERR(cause));
     if (peer->status != UCS_OK) {
         return;
     }
 
-    ucs_debug("connection to %s failed: %s", peer->name, reason);
-    peer->status = status;
+    ucs_debug("connection to %s failed: %s (%s)", peer->name, reason,
+              ucs_status_string(cause));
+    peer->status = UCS_ERR_ENDPOINT_TIMEOUT;
+    peer->cause  = cause;
     peer->reason = reason;
     ucs_list_for_each(ep, &peer->eps, peer_list) {
         /* pending requests stay for the user to purge */
@@ -118,6 +122,8 @@ void uct_remapring_peer_init(uct_remapring_peer_t *peer,
     peer->key         = 0;
     peer->wire        = NULL;
     peer->status      = UCS_OK;
+    peer->cause       = UCS_OK;
+    peer->reset       = 0;
     peer->reason      = NULL;
     peer->early       = 0;
     peer->backlog     = NULL;
@@ -154,7 +160,7 @@ ucs_status_t uct_remapring_peer_set_wire(uct_remapring_peer_t *peer,
     if (status != UCS_OK) {
         remapring_wire_destroy(wire);
         uct_remapring_peer_failed(peer, status, "its ring is not valid");
-        return status;
+        return peer->status;
     }
 
     peer->wire = wire;
@@ -270,6 +276,7 @@ static UCS_CLASS_INIT_FUNC(uct_remapring_ep_t, const uct_ep_params_t *params)
 
     self->blocked   = 0;
     self->err_state = UCT_REMAPRING_EP_ERR_NONE;
+    self->cancelled = 0;
     ucs_arbiter_group_init(&self->arb_group);
     ucs_list_add_tail(&self->peer->eps, &self->peer_list);
     ucs_debug("ep %p to %s", self, self->peer->name);
@@ -292,6 +299,7 @@ static UCS_CLASS_CLEANUP_FUNC(uct_remapring_ep_t)
 
     ucs_list_del(&self->peer_list);
     if (ucs_list_is_empty(&self->peer->eps)) {
+        self->peer->reset = self->cancelled;
         uct_remapring_peer_destroy(self->peer);
     }
 }
@@ -325,6 +333,7 @@ uct_remapring_peer_send_failed(uct_remapring_peer_t *peer, ucs_status_t status)
         return peer->iface->ops->peer_stalled(peer);
     } else if (status != UCS_ERR_EXCEEDS_LIMIT) {
         uct_remapring_peer_failed(peer, status, "a write into its ring failed");
+        return peer->status;
     }
 
     return status;
@@ -648,6 +657,7 @@ ucs_status_t uct_remapring_ep_flush(uct_ep_h tl_ep, unsigned flags,
 
     if (flags & UCT_FLUSH_FLAG_CANCEL) {
         /* nothing is in flight; pending requests are the user's to purge */
+        ep->cancelled = 1;
         return UCS_OK;
     }
 

@@ -17,6 +17,13 @@
  * the user to purge, and has the interface's error handler called for it
  * once, from the worker's progress.
  *
+ * The failure is UCS_ERR_ENDPOINT_TIMEOUT whatever its cause (logged with
+ * the reason): it is what UCP 1.13 completes every operation with once it
+ * has set an endpoint's lanes failed, so the handler and every later
+ * operation agree only if the transport reports it too, as UCX's tcp does
+ * and its shared-memory transports' keepalive; later UCP versions complete
+ * them with the handler's status, whatever it is.
+ *
  * Active messages go through the peer's ring writer, inline
  * (remapring_ep.inl): each transport instantiates them with what it does
  * after a record is published (a doorbell, or nothing).
@@ -35,8 +42,13 @@ struct uct_remapring_peer {
     uint64_t key; /* in iface->tx.peers */
     remapring_wire_t *wire; /* NULL until the ring is ready */
     remapring_ring_writer_t writer;
-    ucs_status_t status; /* sticky failure */
+    ucs_status_t status; /* sticky failure: UCS_ERR_ENDPOINT_TIMEOUT */
+    ucs_status_t cause; /* what the transport found, for the log */
     const char *reason; /* what failed */
+    /* its last endpoint went after a cancelling flush: the upper layer
+     * dropped the endpoint (UCP's force close, or its failure handling)
+     * rather than closing it; the transport may tell the receiver */
+    int reset;
     ucs_list_link_t eps; /* endpoints using it */
     char name[64]; /* the receiver, for the log */
     /* active messages sent before the ring was ready, where the transport
@@ -60,6 +72,7 @@ struct uct_remapring_ep {
     ucs_list_link_t      list;        /* in iface->tx.blocked */
     int                  err_state;   /* error callback: 0 none, 1 queued,
                                          2 delivered */
+    int                  cancelled;   /* flushed with UCT_FLUSH_FLAG_CANCEL */
 };
 
 
@@ -85,10 +98,11 @@ void uct_remapring_peer_cleanup(uct_remapring_peer_t *peer);
 
 /**
  * The peer failed: every endpoint of it fails, once, and has the
- * interface's error handler called from progress. @a reason says why.
+ * interface's error handler called from progress. @a cause and @a reason
+ * say why (in the log; the endpoints report UCS_ERR_ENDPOINT_TIMEOUT).
  */
 void uct_remapring_peer_failed(uct_remapring_peer_t *peer,
-                               ucs_status_t status, const char *reason);
+                               ucs_status_t cause, const char *reason);
 
 
 /**

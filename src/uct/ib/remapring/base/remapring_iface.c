@@ -307,22 +307,18 @@ uct_remapring_iface_am_alignment(const uct_iface_params_t *params,
         return UCS_OK;
     }
 
-    if ((align == 0) || !ucs_is_pow2(align) || (align > ucs_get_page_size())) {
-        ucs_error("AM alignment %zu must be a power of two of at most the"
-                  " page size (%zu)",
-                  align, ucs_get_page_size());
+    if ((align == 0) || !ucs_is_pow2(align) ||
+        (align > UCT_REMAPRING_AM_ALIGN_MAX)) {
+        ucs_error("AM alignment %zu must be a power of two of at most %u",
+                  align, UCT_REMAPRING_AM_ALIGN_MAX);
         return UCS_ERR_INVALID_PARAM;
     }
 
-    if (offset >= align) {
-        ucs_error("AM alignment offset %zu must be less than the alignment"
-                  " %zu",
-                  offset, align);
-        return UCS_ERR_INVALID_PARAM;
-    }
-
+    /* (payload + offset) % align == 0 is the rule, whatever the offset's
+     * size: UCP asks for the data after its own header to be aligned
+     * (offset = sizeof(ucp_am_hdr_t), often as large as the alignment) */
     *align_p  = align;
-    *offset_p = offset;
+    *offset_p = offset % align;
     return UCS_OK;
 }
 
@@ -366,10 +362,15 @@ uct_remapring_iface_init_layout(uct_remapring_iface_t *iface,
                                                         &iface->rx.layout);
 
     /* what we send, a receiver whose headroom is at most
-     * UCT_REMAPRING_HEADROOM_MAX takes: peers of one UCX, whatever headroom
-     * each interface was opened with, are reachable */
-    remapring_ring_layout_init(&layout, UCT_REMAPRING_HEADROOM_MAX, 0, *align_p,
-                               *align_offset_p);
+     * UCT_REMAPRING_HEADROOM_MAX and whose AM alignment is at most
+     * UCT_REMAPRING_AM_ALIGN_MAX (or a share of a block) takes: peers of
+     * one UCX, whatever headroom and alignment each interface was opened
+     * with, are reachable */
+    remapring_ring_layout_init(&layout, UCT_REMAPRING_HEADROOM_MAX, 0,
+                               ucs_min((size_t)UCT_REMAPRING_AM_ALIGN_MAX,
+                                       config->block_size /
+                                               UCT_REMAPRING_AM_ALIGN_SHARE),
+                               0);
     iface->tx.max_bcopy = ucs_min(remapring_ring_max_payload(config->block_size,
                                                              &layout),
                                   iface->rx.max_payload);
@@ -477,6 +478,36 @@ uct_remapring_iface_copies_init(uct_remapring_iface_t *iface,
                                (iface->rx.copy_offset == 0) ? 0 : space);
 }
 
+/* With AM alignment, the payloads of small messages (inline records, which
+ * put the payload right after the header) are copied to a buffer where
+ * they are aligned before the handler sees them: every data pointer the
+ * upper layer gets is aligned, not only those it may keep */
+static ucs_status_t
+uct_remapring_iface_aligned_init(uct_remapring_iface_t *iface,
+                                 const uct_remapring_iface_config_t *config,
+                                 unsigned align, unsigned align_offset)
+{
+    int ret;
+
+    iface->rx.aligned     = NULL;
+    iface->rx.aligned_buf = NULL;
+    if ((align == 1) || (config->rx_inline == 0)) {
+        return UCS_OK;
+    }
+
+    ret = posix_memalign(&iface->rx.aligned_buf, align,
+                         config->rx_inline + align);
+    if (ret != 0) {
+        ucs_error("failed to allocate %zu bytes for aligned small messages",
+                  config->rx_inline + align);
+        return UCS_ERR_NO_MEMORY;
+    }
+
+    iface->rx.aligned = UCS_PTR_BYTE_OFFSET(iface->rx.aligned_buf,
+                                            (align - align_offset) % align);
+    return UCS_OK;
+}
+
 /* The buffer am_bcopy, put_bcopy and get_bcopy pack into: mapped, not
  * allocated: a block can be up to 1 GiB, and only the pages the largest
  * bcopy packed so far are ever faulted in */
@@ -559,13 +590,21 @@ UCS_CLASS_INIT_FUNC(uct_remapring_iface_t,
         goto err_pool;
     }
 
-    status = uct_remapring_iface_bounce_map(self);
+    status = uct_remapring_iface_aligned_init(self, config, align,
+                                              align_offset);
     if (status != UCS_OK) {
         goto err_copies;
     }
 
+    status = uct_remapring_iface_bounce_map(self);
+    if (status != UCS_OK) {
+        goto err_aligned;
+    }
+
     return UCS_OK;
 
+err_aligned:
+    free(self->rx.aligned_buf);
 err_copies:
     remapring_copy_cleanup(&self->rx.copies);
 err_pool:
@@ -588,6 +627,7 @@ static UCS_CLASS_CLEANUP_FUNC(uct_remapring_iface_t)
               stats.punch_window, stats.brief * 100.0);
 
     ucs_munmap(self->tx.bounce, self->tx.max_bcopy);
+    free(self->rx.aligned_buf);
     remapring_copy_cleanup(&self->rx.copies);
     remapring_pool_destroy(self->rx.pool);
     kh_destroy_inplace(uct_remapring_peers, &self->tx.peers);

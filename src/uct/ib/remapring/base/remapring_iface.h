@@ -42,6 +42,14 @@
  *  interface sends: every receiver with at most this much takes it */
 #define UCT_REMAPRING_HEADROOM_MAX 256
 
+/** The largest AM alignment an interface takes. What an interface sends
+ *  leaves room for it too, or for a 32nd of a block if less (3 % of what it
+ *  could send), so that a receiver that asked for alignment takes what one
+ *  that did not sends; with smaller blocks a larger alignment is reached
+ *  only by senders with the same alignment */
+#define UCT_REMAPRING_AM_ALIGN_MAX     4096
+#define UCT_REMAPRING_AM_ALIGN_SHARE   32
+
 /** Largest am_zcopy header, and pieces of an am_zcopy/put/get iov */
 #define UCT_REMAPRING_AM_MAX_HDR 128
 #define UCT_REMAPRING_MAX_IOV    ((size_t)REMAPRING_RING_MAX_IOV - 1)
@@ -163,6 +171,11 @@ struct uct_remapring_iface {
                                                 2^24 */
         unsigned copy_probe; /* small messages since the
                                                 last copy, while off */
+        void *aligned; /* AM alignment asked: where a small
+                                       message not aligned in its record
+                                       is copied for the handler (NULL:
+                                       none asked) */
+        void *aligned_buf; /* its allocation */
         unsigned rx_headroom;
         unsigned credit_batch;
         unsigned idle_slots;

@@ -35,6 +35,25 @@ uct_remapring_iface_pool_pressed(uct_remapring_iface_t *iface)
            remapring_pool_attached(iface->rx.pool);
 }
 
+/* The payload of @a rx where the handler sees it: an inline record's is
+ * copied to an aligned place if the upper layer asked for AM alignment and
+ * it is not aligned in the ring */
+static UCS_F_ALWAYS_INLINE void *
+uct_remapring_iface_rx_aligned(uct_remapring_iface_t *iface,
+                               const remapring_ring_rx_t *rx)
+{
+    const remapring_ring_layout_t *layout = &iface->rx.layout;
+
+    if (ucs_likely(iface->rx.aligned == NULL) || !rx->is_inline ||
+        ((((uintptr_t)rx->payload + layout->align_offset) &
+          (layout->align - 1)) == 0)) {
+        return rx->payload;
+    }
+
+    memcpy(iface->rx.aligned, rx->payload, rx->length);
+    return iface->rx.aligned;
+}
+
 /* Whether the next small message goes through a copy */
 static UCS_F_ALWAYS_INLINE int
 uct_remapring_iface_copy_wanted(uct_remapring_iface_t *iface)
@@ -150,8 +169,9 @@ uct_remapring_iface_rx_ring(uct_remapring_iface_t *iface,
              * pool is nearly full (so that holds cannot stop the senders),
              * in place to be copied, as the data inline in UCX's shared
              * memory FIFOs: it never holds ring memory */
-            uct_iface_invoke_am(&iface->super, rx.am_id, rx.payload, rx.length,
-                                0);
+            uct_iface_invoke_am(&iface->super, rx.am_id,
+                                uct_remapring_iface_rx_aligned(iface, &rx),
+                                rx.length, 0);
             remapring_ring_consume(ring, &rx, 0);
             continue;
         }

@@ -107,6 +107,9 @@ typedef struct uct_remapring_sm_peer {
     int pool_fd; /* shm wire: the receiver's pool until
                                        the wire maps it, or -1 */
     unsigned stalls; /* sends refused for credit */
+    /* the receiving interface closed its own connection to ours with RESET
+     * (its endpoints to us were dropped) and has not connected again */
+    int reverse_reset;
 } uct_remapring_sm_peer_t;
 
 

@@ -105,9 +105,81 @@ void uct_remapring_rx_conn_reset(uct_remapring_sm_iface_t *iface,
     rx_conn->failed = 0;
 }
 
+/* Our connection to the interface @a sender_id, if we have one */
+static uct_remapring_sm_peer_t *
+uct_remapring_sm_peer_of(uct_remapring_sm_iface_t *iface, uint64_t sender_id)
+{
+    khash_t(uct_remapring_peers) *peers = &iface->super.tx.peers;
+    khiter_t i = kh_get(uct_remapring_peers, peers, sender_id);
+
+    return (i == kh_end(peers)) ?
+                   NULL :
+                   ucs_derived_of(kh_val(peers, i), uct_remapring_sm_peer_t);
+}
+
+/* Whether a connection other than @a index from the interface @a sender_id
+ * is live */
+static int uct_remapring_rx_sender_connected(uct_remapring_sm_iface_t *iface,
+                                             unsigned index, uint64_t sender_id)
+{
+    const uct_remapring_rx_conn_t *rx_conn;
+    unsigned i;
+
+    for (i = 0; i < iface->rx.ctl.max_peers; ++i) {
+        rx_conn = &iface->rx.conns[i];
+        if ((i != index) && (rx_conn->ring != NULL) && !rx_conn->offered &&
+            !rx_conn->failed && (rx_conn->sender_id == sender_id) &&
+            (uct_remapring_conn_state(&iface->rx.ctl.conns[i]) !=
+             UCT_REMAPRING_CONN_CLOSED)) {
+            return 1;
+        }
+    }
+
+    return 0;
+}
+
+/* The sender of connection @a index closed it with RESET: the upper layer
+ * on that side dropped its endpoints to us (UCP's force close). UCP learns
+ * it over a transport that connects endpoint to endpoint; here our own
+ * connection to that interface fails at its next keepalive check
+ * (uct_remapring_sm_peer_check), which UCP makes only on endpoints that
+ * handle peer failure, unless that interface has connected again. */
+static void uct_remapring_rx_sender_reset(uct_remapring_sm_iface_t *iface,
+                                          unsigned index)
+{
+    uct_remapring_rx_conn_t *rx_conn = &iface->rx.conns[index];
+    uct_remapring_sm_peer_t *peer;
+
+    if ((rx_conn->ring == NULL) || rx_conn->offered || rx_conn->failed ||
+        !uct_remapring_conn_was_reset(&iface->rx.ctl.conns[index]) ||
+        uct_remapring_rx_sender_connected(iface, index, rx_conn->sender_id)) {
+        return;
+    }
+
+    peer = uct_remapring_sm_peer_of(iface, rx_conn->sender_id);
+    if (peer != NULL) {
+        ucs_debug("iface %p connection %u: pid %d reset it; ours to it fails"
+                  " at its next check",
+                  iface, index, rx_conn->sender.pid);
+        peer->reverse_reset = 1;
+    }
+}
+
+/* A sender connected (again): our connection to it is paired once more */
+static void uct_remapring_rx_sender_connected_again(
+        uct_remapring_sm_iface_t *iface, uint64_t sender_id)
+{
+    uct_remapring_sm_peer_t *peer = uct_remapring_sm_peer_of(iface, sender_id);
+
+    if (peer != NULL) {
+        peer->reverse_reset = 0;
+    }
+}
+
 /* Free connection @a index for a new sender */
 void uct_remapring_rx_conn_free(uct_remapring_sm_iface_t *iface, unsigned index)
 {
+    uct_remapring_rx_sender_reset(iface, index);
     uct_remapring_rx_conn_reset(iface, &iface->rx.conns[index]);
     uct_remapring_ctl_release(&iface->rx.ctl, index);
     uct_remapring_rx_offer(iface);
@@ -263,6 +335,7 @@ uct_remapring_rx_conn_adopt(uct_remapring_sm_iface_t *iface, unsigned index)
 
     rx_conn->offered   = 0;
     rx_conn->sender_id = conn->sender_id;
+    uct_remapring_rx_sender_connected_again(iface, rx_conn->sender_id);
     --iface->rx.noffered;
     ++iface->rx.nconns;
     if (!uct_remapring_rx_conn_watch(iface, index)) {
@@ -294,6 +367,7 @@ uct_remapring_rx_conn_accept(uct_remapring_sm_iface_t *iface, unsigned index)
     }
 
     rx_conn->sender_id = conn->sender_id;
+    uct_remapring_rx_sender_connected_again(iface, rx_conn->sender_id);
     if (!uct_remapring_rx_conn_watch(iface, index)) {
         return;
     }
@@ -611,7 +685,7 @@ err_detach:
     if (peer->pool_fd >= 0) {
         close(peer->pool_fd);
     }
-    uct_remapring_remote_detach(&peer->remote, &iface->watch);
+    uct_remapring_remote_detach(&peer->remote, &iface->watch, 0);
 err_free:
     ucs_free(peer);
     return status;
@@ -626,7 +700,8 @@ static void uct_remapring_sm_peer_destroy(uct_remapring_peer_t *super)
         close(peer->pool_fd);
     }
     uct_remapring_remote_detach(&peer->remote,
-                                &uct_remapring_sm_peer_iface(peer)->watch);
+                                &uct_remapring_sm_peer_iface(peer)->watch,
+                                super->reset);
     ucs_free(peer);
 }
 
@@ -674,7 +749,7 @@ static ucs_status_t uct_remapring_sm_peer_connect(uct_remapring_peer_t *super)
         return UCS_ERR_NO_RESOURCE;
     } else if (status != UCS_OK) {
         uct_remapring_peer_failed(super, status, reason);
-        return status;
+        return super->status;
     }
 
     info = remote->conn->ring.info;
@@ -686,13 +761,13 @@ static ucs_status_t uct_remapring_sm_peer_connect(uct_remapring_peer_t *super)
                   remote->ring_slots, remote->block_size);
         uct_remapring_peer_failed(super, UCS_ERR_INVALID_PARAM,
                                   "its ring does not match its control area");
-        return UCS_ERR_INVALID_PARAM;
+        return super->status;
     }
 
     status = uct_remapring_sm_peer_wire_create(peer, &info, &wire);
     if (status != UCS_OK) {
         uct_remapring_peer_failed(super, status, "no wire to its ring");
-        return status;
+        return super->status;
     }
 
     return uct_remapring_peer_set_wire(super, &info, wire);
@@ -772,6 +847,12 @@ void uct_remapring_sm_yield_some(uct_remapring_sm_iface_t *iface)
 
 void uct_remapring_sm_peer_check(uct_remapring_sm_peer_t *peer)
 {
+    if ((peer->super.status == UCS_OK) && peer->reverse_reset) {
+        uct_remapring_peer_failed(&peer->super, UCS_ERR_CONNECTION_RESET,
+                                  "its endpoints to this interface were"
+                                  " dropped (force close)");
+    }
+
     if (peer->super.status == UCS_OK) {
         uct_remapring_sm_peer_check_state(peer);
     }

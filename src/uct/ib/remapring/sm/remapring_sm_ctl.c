@@ -140,12 +140,12 @@ uct_remapring_ctl_set_unless_closed(uct_remapring_ctl_area_t *area,
     uint32_t old   = __atomic_load_n(word, __ATOMIC_ACQUIRE);
 
     /* release on success: a ring's words before READY */
-    while ((old != UCT_REMAPRING_CONN_CLOSED) &&
+    while ((uct_remapring_conn_state_fold(old) != UCT_REMAPRING_CONN_CLOSED) &&
            !__atomic_compare_exchange_n(word, &old, state, 0, __ATOMIC_ACQ_REL,
                                         __ATOMIC_ACQUIRE)) {
     }
 
-    return (uct_remapring_conn_state_t)old;
+    return uct_remapring_conn_state_fold(old);
 }
 
 void uct_remapring_ctl_release(uct_remapring_ctl_area_t *area, unsigned index)
@@ -357,9 +357,10 @@ ucs_status_t uct_remapring_remote_state(const uct_remapring_remote_t *remote,
     }
 }
 
-/* CLAIMED, READY or FAILED -> CLOSED; a slot the receiver already took back
- * (FREE, and perhaps claimed by another sender since) is left alone */
-static int uct_remapring_remote_close(uct_remapring_conn_t *conn)
+/* CLAIMED, READY or FAILED -> CLOSED or RESET; a slot the receiver already
+ * took back (FREE, and perhaps claimed by another sender since) is left
+ * alone */
+static int uct_remapring_remote_close(uct_remapring_conn_t *conn, int reset)
 {
     uint32_t state = uct_remapring_conn_state(conn);
 
@@ -367,8 +368,10 @@ static int uct_remapring_remote_close(uct_remapring_conn_t *conn)
            (state == UCT_REMAPRING_CONN_READY) ||
            (state == UCT_REMAPRING_CONN_FAILED)) {
         if (__atomic_compare_exchange_n(&conn->state, &state,
-                                        UCT_REMAPRING_CONN_CLOSED, 0,
-                                        __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE)) {
+                                        reset ? UCT_REMAPRING_CONN_RESET :
+                                                UCT_REMAPRING_CONN_CLOSED,
+                                        0, __ATOMIC_ACQ_REL,
+                                        __ATOMIC_ACQUIRE)) {
             return 1;
         }
     }
@@ -377,9 +380,10 @@ static int uct_remapring_remote_close(uct_remapring_conn_t *conn)
 }
 
 void uct_remapring_remote_detach(uct_remapring_remote_t *remote,
-                                 uct_remapring_watch_t *watch)
+                                 uct_remapring_watch_t *watch, int reset)
 {
-    if ((remote->conn != NULL) && uct_remapring_remote_close(remote->conn)) {
+    if ((remote->conn != NULL) &&
+        uct_remapring_remote_close(remote->conn, reset)) {
         /* the receiver drains what we published, then frees the slot */
         __atomic_store_n(&remote->conn->armed, 1, __ATOMIC_RELAXED);
         uct_remapring_remote_ring_bell(remote);

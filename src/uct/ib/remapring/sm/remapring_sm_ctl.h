@@ -40,6 +40,11 @@
  *   CLAIMED -> READY    receiver, once the ring is made (ring words valid)
  *   any     -> CLOSED   sender, when its last endpoint goes; the receiver
  *                       drains what was published, then frees the slot
+ *   any     -> RESET    sender, instead of CLOSED, when its last endpoint
+ *                       went after a cancelling flush (UCP's force close):
+ *                       as CLOSED, and the receiving interface's own
+ *                       connection to that sender fails at its next check
+ *                       (uct_ep_check), unless the sender connected again
  *   CLAIMED, READY -> FAILED  receiver: the sender was refused (no room,
  *                       gone) or its ring went bad; the sender fails
  *   CLOSED, FAILED -> FREE    receiver, once it let go of the ring
@@ -90,7 +95,7 @@
 
 
 #define UCT_REMAPRING_CTL_MAGIC   0x6c74636972616d72ull /* "rmaric tl" */
-#define UCT_REMAPRING_CTL_VERSION 7
+#define UCT_REMAPRING_CTL_VERSION 8
 #define UCT_REMAPRING_MAX_PEERS   4096 /* largest MAX_PEERS */
 
 
@@ -114,7 +119,9 @@ typedef enum {
     UCT_REMAPRING_CONN_CLOSED   = 3,
     UCT_REMAPRING_CONN_FAILED   = 4,
     UCT_REMAPRING_CONN_OFFERED  = 5,
-    UCT_REMAPRING_CONN_OFFERING = 6
+    UCT_REMAPRING_CONN_OFFERING = 6,
+    UCT_REMAPRING_CONN_RESET    = 7  /* read as CLOSED, but by
+                                        uct_remapring_conn_was_reset() */
 } uct_remapring_conn_state_t;
 
 
@@ -277,13 +284,35 @@ uct_remapring_ctl_slot_table(uct_remapring_ctl_t *ctl, unsigned max_peers,
 
 
 /**
+ * A state as the state machine reads it: RESET is a CLOSED.
+ */
+static inline uct_remapring_conn_state_t
+uct_remapring_conn_state_fold(uint32_t state)
+{
+    return (state == UCT_REMAPRING_CONN_RESET) ?
+                   UCT_REMAPRING_CONN_CLOSED :
+                   (uct_remapring_conn_state_t)state;
+}
+
+
+/**
  * State of a connection slot (acquire: what its owner wrote before is seen).
  */
 static inline uct_remapring_conn_state_t
 uct_remapring_conn_state(const uct_remapring_conn_t *conn)
 {
-    return (uct_remapring_conn_state_t)__atomic_load_n(&conn->state,
-                                                       __ATOMIC_ACQUIRE);
+    return uct_remapring_conn_state_fold(
+            __atomic_load_n(&conn->state, __ATOMIC_ACQUIRE));
+}
+
+
+/**
+ * Whether the sender closed the connection with RESET.
+ */
+static inline int uct_remapring_conn_was_reset(const uct_remapring_conn_t *conn)
+{
+    return __atomic_load_n(&conn->state, __ATOMIC_ACQUIRE) ==
+           UCT_REMAPRING_CONN_RESET;
 }
 
 
@@ -460,10 +489,11 @@ static inline void uct_remapring_remote_ring_bell(uct_remapring_remote_t *remote
 
 
 /**
- * Close the connection (CLOSED, and a doorbell so the receiver drains and
- * frees it), unmap the control area, stop watching the receiver.
+ * Close the connection (CLOSED, or RESET if @a reset, and a doorbell so the
+ * receiver drains and frees it), unmap the control area, stop watching the
+ * receiver.
  */
 void uct_remapring_remote_detach(uct_remapring_remote_t *remote,
-                                 uct_remapring_watch_t *watch);
+                                 uct_remapring_watch_t *watch, int reset);
 
 #endif

@@ -114,7 +114,7 @@ uct_remapring_sm_ep_rma_vec(uct_ep_h tl_ep, struct iovec *local, size_t iovcnt,
         /* an ordinary peer failure, reported as such */
         uct_remapring_peer_failed(&peer->super, UCS_ERR_CONNECTION_RESET,
                                   "the receiver process exited");
-        return UCS_ERR_CONNECTION_RESET;
+        return peer->super.status;
     }
 
     ucs_error("process_vm_%s(pid %d, 0x%" PRIx64 ", %zu) failed: %s",

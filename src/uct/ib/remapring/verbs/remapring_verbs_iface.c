@@ -1431,8 +1431,11 @@ static void uct_remapring_verbs_cqe_error(uct_remapring_vconn_t *vconn,
     ucs_status_t status = (wc->status == IBV_WC_RETRY_EXC_ERR) ?
                           UCS_ERR_ENDPOINT_TIMEOUT : UCS_ERR_CONNECTION_RESET;
 
+    /* what every operation of a failed peer completes with
+     * (remapring_ep.h), the one in flight too */
     if (wc->wr_id != UCT_REMAPRING_VERBS_WR_NONE) {
-        uct_remapring_vconn_op_done(vconn, wc->wr_id, status);
+        uct_remapring_vconn_op_done(vconn, wc->wr_id,
+                                    UCS_ERR_ENDPOINT_TIMEOUT);
     }
 
     /* once: the requests after the first are flushed */
