@@ -258,6 +258,32 @@ TEST_F(test_uct_hostile_receiver, unsealed_control_area_refused)
     tx->ep_destroy(ep);
 }
 
+/* A control area of another version of the connection protocol (a peer
+ * that loaded another remapring) is refused with one line that says so */
+TEST_F(test_uct_hostile_receiver, other_protocol_version_refused)
+{
+    entity *rx = receiver();
+    entity *tx = create_entity();
+    ASSERT_NE(nullptr, tx);
+
+    size_t ctl_size;
+    void *ctl = map_fd(addr_of(rx)->ctl_fd, &ctl_size);
+    ASSERT_NE(nullptr, ctl);
+    std::vector<char> copy((char*)ctl, (char*)ctl + ctl_size);
+    ((uct_remapring_ctl_t*)copy.data())->version = UCT_REMAPRING_CTL_VERSION - 1;
+    int fake_fd = copy_memfd(copy.data(), ctl_size, MFD_ALLOW_SEALING);
+    ASSERT_EQ(0, fcntl(fake_fd, F_ADD_SEALS,
+                       F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL));
+
+    uct_remapring_iface_addr_t addr = *addr_of(rx);
+    addr.ctl_fd = fake_fd;
+    uct_ep_h ep;
+    scoped_log_capture log;
+    EXPECT_EQ(UCS_ERR_UNREACHABLE,
+              tx->ep_create(rx->dev_addr.data(), &addr, &ep));
+    EXPECT_TRUE(log.contains("version")) << log.all();
+}
+
 /* A pool that is not sealed is written through the cma wire, which cannot
  * fault; a sealed one through the shm wire */
 TEST_F(test_uct_hostile_receiver, unsealed_pool_gets_the_cma_wire)

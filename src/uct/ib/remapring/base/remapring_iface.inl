@@ -35,22 +35,21 @@ uct_remapring_iface_pool_pressed(uct_remapring_iface_t *iface)
            remapring_pool_attached(iface->rx.pool);
 }
 
-/* The payload of @a rx where the handler sees it: an inline record's is
- * copied to an aligned place if the upper layer asked for AM alignment and
- * it is not aligned in the ring */
-static UCS_F_ALWAYS_INLINE void *
-uct_remapring_iface_rx_aligned(uct_remapring_iface_t *iface,
-                               const remapring_ring_rx_t *rx)
+/* With AM alignment asked (iface->rx.aligned set), a small message's
+ * payload where the handler sees it: copied to an aligned place unless it
+ * is aligned in the ring already */
+static UCS_F_NOINLINE void *
+uct_remapring_iface_rx_aligned(uct_remapring_iface_t *iface, void *payload,
+                               uint32_t length)
 {
     const remapring_ring_layout_t *layout = &iface->rx.layout;
 
-    if (ucs_likely(iface->rx.aligned == NULL) || !rx->is_inline ||
-        ((((uintptr_t)rx->payload + layout->align_offset) &
-          (layout->align - 1)) == 0)) {
-        return rx->payload;
+    if ((((uintptr_t)payload + layout->align_offset) &
+         (layout->align - 1)) == 0) {
+        return payload;
     }
 
-    memcpy(iface->rx.aligned, rx->payload, rx->length);
+    memcpy(iface->rx.aligned, payload, length);
     return iface->rx.aligned;
 }
 
@@ -129,18 +128,19 @@ uct_remapring_iface_deliver_copy(uct_remapring_iface_t *iface,
     return 1;
 }
 
-/*
- * Deliver up to UCT_REMAPRING_RX_BURST records of @a ring to the active
- * message handlers. Sets @a *failed_p (and logs) if the ring went bad, or its
- * sender sent an AM id out of range.
- */
+/* The body of uct_remapring_iface_rx_ring(), @a aligned a constant: whether
+ * the upper layer asked for AM alignment (small messages may be copied to
+ * an aligned place), so that the loop of an interface without tests
+ * nothing for it */
 static UCS_F_ALWAYS_INLINE unsigned
-uct_remapring_iface_rx_ring(uct_remapring_iface_t *iface,
-                            remapring_ring_t *ring, int *failed_p)
+uct_remapring_iface_rx_ring_inl(uct_remapring_iface_t *iface,
+                                remapring_ring_t *ring, int *failed_p,
+                                int aligned)
 {
     remapring_ring_rx_t rx;
     ucs_status_t status;
     unsigned count;
+    void *payload;
 
     for (count = 0; count < UCT_REMAPRING_RX_BURST; ++count) {
         status = remapring_ring_poll(ring, &rx);
@@ -169,9 +169,13 @@ uct_remapring_iface_rx_ring(uct_remapring_iface_t *iface,
              * pool is nearly full (so that holds cannot stop the senders),
              * in place to be copied, as the data inline in UCX's shared
              * memory FIFOs: it never holds ring memory */
-            uct_iface_invoke_am(&iface->super, rx.am_id,
-                                uct_remapring_iface_rx_aligned(iface, &rx),
-                                rx.length, 0);
+            payload = rx.payload;
+            if (aligned && rx.is_inline) {
+                payload = uct_remapring_iface_rx_aligned(iface, payload,
+                                                         rx.length);
+            }
+            uct_iface_invoke_am(&iface->super, rx.am_id, payload, rx.length,
+                                0);
             remapring_ring_consume(ring, &rx, 0);
             continue;
         }
@@ -188,6 +192,22 @@ uct_remapring_iface_rx_ring(uct_remapring_iface_t *iface,
     }
 
     return count;
+}
+
+/*
+ * Deliver up to UCT_REMAPRING_RX_BURST records of @a ring to the active
+ * message handlers. Sets @a *failed_p (and logs) if the ring went bad, or its
+ * sender sent an AM id out of range.
+ */
+static UCS_F_ALWAYS_INLINE unsigned
+uct_remapring_iface_rx_ring(uct_remapring_iface_t *iface,
+                            remapring_ring_t *ring, int *failed_p)
+{
+    if (ucs_likely(iface->rx.aligned == NULL)) {
+        return uct_remapring_iface_rx_ring_inl(iface, ring, failed_p, 0);
+    }
+
+    return uct_remapring_iface_rx_ring_inl(iface, ring, failed_p, 1);
 }
 
 #endif

@@ -50,24 +50,24 @@ ucs_status_t uct_remapring_ctl_create(const uct_remapring_ctl_params_t *params,
     /* senders open it through /proc/<pid>/fd/<fd>, CLOEXEC does not matter */
     fd = memfd_create(name, MFD_CLOEXEC | MFD_ALLOW_SEALING);
     if (fd < 0) {
-        ucs_error("remapring: memfd_create(%s) failed: %m", name);
+        ucs_error("memfd_create(%s) failed: %m", name);
         return UCS_ERR_IO_ERROR;
     }
 
     if (ftruncate(fd, size) != 0) {
-        ucs_error("remapring: ftruncate(%s, %zu) failed: %m", name, size);
+        ucs_error("ftruncate(%s, %zu) failed: %m", name, size);
         goto err_close;
     }
 
     /* its size is fixed for good: senders map it whole */
     if (fcntl(fd, F_ADD_SEALS, UCT_REMAPRING_CTL_SEALS) != 0) {
-        ucs_error("remapring: sealing %s failed: %m", name);
+        ucs_error("sealing %s failed: %m", name);
         goto err_close;
     }
 
     ctl = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
     if (ctl == MAP_FAILED) {
-        ucs_error("remapring: mmap(%s, %zu) failed: %m", name, size);
+        ucs_error("mmap(%s, %zu) failed: %m", name, size);
         goto err_close;
     }
 
@@ -210,7 +210,7 @@ ucs_status_t uct_remapring_remote_attach(const uct_remapring_iface_addr_t *addr,
 
     if (uct_remapring_proc_open(watch, addr->pid, exit_cb, &remote->proc) !=
         UCS_OK) {
-        ucs_error("remapring: peer pid %d is not running", addr->pid);
+        ucs_error("peer pid %d is not running", addr->pid);
         return UCS_ERR_UNREACHABLE;
     }
 
@@ -218,13 +218,13 @@ ucs_status_t uct_remapring_remote_attach(const uct_remapring_iface_addr_t *addr,
                       addr->ctl_fd);
     fd = open(path, O_RDWR | O_CLOEXEC);
     if (fd < 0) {
-        ucs_error("remapring: cannot open peer control area %s: %m", path);
+        ucs_error("cannot open peer control area %s: %m", path);
         goto err_proc;
     }
 
     if ((fstat(fd, &st) != 0) ||
         (st.st_size < (off_t)uct_remapring_ctl_size(1, 2))) {
-        ucs_error("remapring: %s is not a remapring control area", path);
+        ucs_error("%s is not a remapring control area", path);
         goto err_close;
     }
 
@@ -232,7 +232,7 @@ ucs_status_t uct_remapring_remote_attach(const uct_remapring_iface_addr_t *addr,
     seals = fcntl(fd, F_GET_SEALS);
     if ((seals < 0) ||
         ((seals & UCT_REMAPRING_CTL_SEALS) != UCT_REMAPRING_CTL_SEALS)) {
-        ucs_error("remapring: control area %s of pid %d is not sealed"
+        ucs_error("control area %s of pid %d is not sealed"
                   " (seals 0x%x, want 0x%x)", path, addr->pid, seals,
                   UCT_REMAPRING_CTL_SEALS);
         goto err_close;
@@ -240,7 +240,7 @@ ucs_status_t uct_remapring_remote_attach(const uct_remapring_iface_addr_t *addr,
 
     ctl = mmap(NULL, st.st_size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
     if (ctl == MAP_FAILED) {
-        ucs_error("remapring: mmap(%s, %zu) failed: %m", path,
+        ucs_error("mmap(%s, %zu) failed: %m", path,
                   (size_t)st.st_size);
         goto err_close;
     }
@@ -252,8 +252,15 @@ ucs_status_t uct_remapring_remote_attach(const uct_remapring_iface_addr_t *addr,
     memcpy(UCS_PTR_BYTE_OFFSET(&hdr, sizeof(hdr.magic)),
            UCS_PTR_BYTE_OFFSET(ctl, sizeof(hdr.magic)),
            ucs_offsetof(uct_remapring_ctl_t, summary) - sizeof(hdr.magic));
-    if (!uct_remapring_remote_valid(&hdr, st.st_size, addr)) {
-        ucs_error("remapring: %s does not hold the control area of iface"
+    if ((hdr.magic == UCT_REMAPRING_CTL_MAGIC) &&
+        (hdr.version != UCT_REMAPRING_CTL_VERSION)) {
+        ucs_error("pid %d speaks version %u of the connection protocol, this"
+                  " process %u: peers must load the same remapring",
+                  addr->pid, hdr.version, UCT_REMAPRING_CTL_VERSION);
+        munmap(ctl, st.st_size);
+        goto err_proc;
+    } else if (!uct_remapring_remote_valid(&hdr, st.st_size, addr)) {
+        ucs_error("%s does not hold the control area of iface"
                   " 0x%" PRIx64 " of pid %d",
                   path, addr->iface_id, addr->pid);
         munmap(ctl, st.st_size);
@@ -312,7 +319,7 @@ ucs_status_t uct_remapring_remote_claim(uct_remapring_remote_t *remote,
     }
 
     if (pass == 2) {
-        ucs_error("remapring: pid %d accepts no more senders (%u connected,"
+        ucs_error("pid %d accepts no more senders (%u connected,"
                   " see UCX_REMAPRING_MAX_PEERS)",
                   remote->proc.pid, remote->max_peers);
         return UCS_ERR_EXCEEDS_LIMIT;

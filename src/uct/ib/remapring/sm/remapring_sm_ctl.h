@@ -307,6 +307,18 @@ uct_remapring_conn_state(const uct_remapring_conn_t *conn)
 
 
 /**
+ * The state word as it is (acquire), RESET not read as CLOSED: for the
+ * receive fast path, where a RESET connection is polled as a live one until
+ * it idles, and the slow path frees it.
+ */
+static UCS_F_ALWAYS_INLINE uint32_t
+uct_remapring_conn_state_raw(const uct_remapring_conn_t *conn)
+{
+    return __atomic_load_n(&conn->state, __ATOMIC_ACQUIRE);
+}
+
+
+/**
  * Whether the sender closed the connection with RESET.
  */
 static inline int uct_remapring_conn_was_reset(const uct_remapring_conn_t *conn)

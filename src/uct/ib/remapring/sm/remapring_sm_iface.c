@@ -287,14 +287,15 @@ uct_remapring_sm_rx_poll_rest(uct_remapring_sm_iface_t *iface,
  * connection that is not closing. */
 static UCS_F_ALWAYS_INLINE unsigned
 uct_remapring_sm_rx_poll(uct_remapring_sm_iface_t *iface,
-                         uct_remapring_rx_conn_t *rx_conn)
+                         uct_remapring_rx_conn_t *rx_conn, int aligned)
 {
     int failed = 0;
     unsigned count;
 
-    count = uct_remapring_iface_rx_ring(&iface->super, rx_conn->ring, &failed);
+    count = uct_remapring_iface_rx_ring_inl(&iface->super, rx_conn->ring,
+                                            &failed, aligned);
     if (ucs_likely(!failed && (count < UCT_REMAPRING_RX_BURST) &&
-                   (uct_remapring_conn_state(
+                   (uct_remapring_conn_state_raw(
                             &iface->rx.ctl.conns[rx_conn - iface->rx.conns]) !=
                     UCT_REMAPRING_CONN_CLOSED))) {
         if (count > 0) {
@@ -323,7 +324,9 @@ uct_remapring_sm_iface_check(uct_remapring_sm_iface_t *iface)
     uct_remapring_sm_check_peers(iface);
 }
 
-static unsigned uct_remapring_sm_iface_progress(uct_iface_h tl_iface)
+/* Progress; @a aligned a constant (uct_remapring_iface_rx_ring_inl()) */
+static UCS_F_ALWAYS_INLINE unsigned
+uct_remapring_sm_iface_progress_inl(uct_iface_h tl_iface, int aligned)
 {
     uct_remapring_sm_iface_t *iface = ucs_derived_of(tl_iface,
                                                      uct_remapring_sm_iface_t);
@@ -335,7 +338,7 @@ static unsigned uct_remapring_sm_iface_progress(uct_iface_h tl_iface)
                                     iface);
     }
     ucs_list_for_each_safe(rx_conn, tmp, &iface->rx.active, list) {
-        count += uct_remapring_sm_rx_poll(iface, rx_conn);
+        count += uct_remapring_sm_rx_poll(iface, rx_conn, aligned);
     }
 
     if (ucs_unlikely(!ucs_list_is_empty(&iface->super.tx.blocked))) {
@@ -357,6 +360,17 @@ static unsigned uct_remapring_sm_iface_progress(uct_iface_h tl_iface)
     }
 
     return count;
+}
+
+static unsigned uct_remapring_sm_iface_progress(uct_iface_h tl_iface)
+{
+    return uct_remapring_sm_iface_progress_inl(tl_iface, 0);
+}
+
+/* The progress of an interface whose upper layer asked for AM alignment */
+static unsigned uct_remapring_sm_iface_progress_aligned(uct_iface_h tl_iface)
+{
+    return uct_remapring_sm_iface_progress_inl(tl_iface, 1);
 }
 
 /* Every send completed when it returned; only pending requests wait, and
@@ -480,6 +494,13 @@ static UCS_CLASS_INIT_FUNC(uct_remapring_sm_iface_t, uct_md_h md,
     init.overhead = uct_remapring_wire_perf[config->wire].overhead;
     UCS_CLASS_CALL_SUPER_INIT(uct_remapring_iface_t, &init, md, worker, params,
                               &config->super);
+
+    /* an upper layer that asked for AM alignment gets a progress function
+     * of its own, so that the others' loop tests nothing for it */
+    if (self->super.rx.aligned != NULL) {
+        self->super.super.super.ops.iface_progress =
+                uct_remapring_sm_iface_progress_aligned;
+    }
 
     self->wire            = config->wire;
     self->progress_calls  = 0;

@@ -32,7 +32,7 @@ ucs_status_t uct_remapring_watch_init(uct_remapring_watch_t *watch)
 {
     watch->epfd = epoll_create1(EPOLL_CLOEXEC);
     if (watch->epfd < 0) {
-        ucs_error("remapring: epoll_create1() failed: %m");
+        ucs_error("epoll_create1() failed: %m");
         return UCS_ERR_IO_ERROR;
     }
 
@@ -82,7 +82,7 @@ ucs_status_t uct_remapring_proc_open(uct_remapring_watch_t *watch, pid_t pid,
             return UCS_OK;
         }
 
-        ucs_debug("remapring: epoll_ctl(pidfd of pid %d) failed: %m", pid);
+        ucs_debug("epoll_ctl(pidfd of pid %d) failed: %m", pid);
         close(proc->pidfd);
         proc->pidfd = -1;
     } else if (errno == ESRCH) {
