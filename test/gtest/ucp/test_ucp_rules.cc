@@ -294,6 +294,18 @@ protected:
         return true;
     }
 
+    /* The parameters of an operation whose completion goes to @a res */
+    static ucp_request_param_t op_param(op_result *res)
+    {
+        ucp_request_param_t param = {};
+
+        param.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK |
+                             UCP_OP_ATTR_FIELD_USER_DATA;
+        param.cb.send      = op_done;
+        param.user_data    = res;
+        return param;
+    }
+
     /* Wait for a request, or take the status returned at once */
     ucs_status_t wait_op(ucs_status_ptr_t sp, op_result *res,
                          double timeout = 10.0)
@@ -313,13 +325,8 @@ protected:
     /* Flush an endpoint */
     ucs_status_t flush(ucp_ep_h ep)
     {
-        ucp_request_param_t param = {};
         op_result res;
-
-        param.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK |
-                             UCP_OP_ATTR_FIELD_USER_DATA;
-        param.cb.send      = op_done;
-        param.user_data    = &res;
+        ucp_request_param_t param = op_param(&res);
         return wait_op(ucp_ep_flush_nbx(ep, &param), &res);
     }
 
@@ -425,12 +432,8 @@ TEST_P(test_ucp_am_align, every_message_aligned)
                 for (size_t i = 0; i < size; ++i) {
                     buf[i] = (unsigned char)(i * 7 + size);
                 }
-                ucp_request_param_t param = {};
                 op_result res;
-                param.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK |
-                                     UCP_OP_ATTR_FIELD_USER_DATA;
-                param.cb.send      = op_done;
-                param.user_data    = &res;
+                ucp_request_param_t param = op_param(&res);
                 ASSERT_EQ(UCS_OK,
                           wait_op(ucp_am_send_nbx(ep, AM_ID, hdr, h,
                                                   buf.data(), size, &param),
@@ -590,13 +593,8 @@ TEST_P(test_ucp_failure_status, every_op_after_failure)
 
     ASSERT_EQ(1, err.count);
     for (const op &o : ops(ep)) {
-        ucp_request_param_t param = {};
         op_result res;
-
-        param.op_attr_mask  = UCP_OP_ATTR_FIELD_CALLBACK |
-                              UCP_OP_ATTR_FIELD_USER_DATA;
-        param.cb.send       = op_done;
-        param.user_data     = &res;
+        ucp_request_param_t param = op_param(&res);
         ucs_status_t status = wait_op(o.post(&param), &res);
         printf("[ INFO     ] %-13s %s\n", o.name, ucs_status_string(status));
         EXPECT_TRUE(allowed(status, err.status))
@@ -622,12 +620,7 @@ TEST_P(test_ucp_failure_status, ops_then_force_close)
 
     ASSERT_EQ(1, err.count);
     for (i = 0; i < all.size(); ++i) {
-        ucp_request_param_t param = {};
-
-        param.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK |
-                             UCP_OP_ATTR_FIELD_USER_DATA;
-        param.cb.send      = op_done;
-        param.user_data    = &res[i];
+        ucp_request_param_t param = op_param(&res[i]);
         reqs.push_back(all[i].post(&param));
     }
 
@@ -687,12 +680,8 @@ protected:
 
         uint64_t word = 1;
         for (ucp_ep_h ep : {*ab, *ba}) {
-            ucp_request_param_t param = {};
             op_result res;
-            param.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK |
-                                 UCP_OP_ATTR_FIELD_USER_DATA;
-            param.cb.send      = op_done;
-            param.user_data    = &res;
+            ucp_request_param_t param = op_param(&res);
             ASSERT_EQ(UCS_OK, wait_op(ucp_am_send_nbx(ep, AM_ID, NULL, 0,
                                                       &word, sizeof(word),
                                                       &param),

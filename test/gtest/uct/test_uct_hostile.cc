@@ -169,6 +169,21 @@ protected:
 
 
 class test_uct_hostile_receiver : public hostile_fixture {
+protected:
+    /* @a tx is refused @a rx's address with @a ctl_fd in place of its
+     * control area, with a log line that has @a what */
+    void expect_ctl_refused(entity *tx, entity *rx, int ctl_fd,
+                            const char *what)
+    {
+        uct_remapring_iface_addr_t addr = *addr_of(rx);
+        scoped_log_capture log;
+        uct_ep_h ep;
+
+        addr.ctl_fd = ctl_fd;
+        EXPECT_EQ(UCS_ERR_UNREACHABLE,
+                  tx->ep_create(rx->dev_addr.data(), &addr, &ep));
+        EXPECT_TRUE(log.contains(what)) << log.all();
+    }
 };
 
 
@@ -238,20 +253,10 @@ TEST_F(test_uct_hostile_receiver, unsealed_control_area_refused)
     size_t ctl_size;
     void *ctl = map_fd(addr_of(rx)->ctl_fd, &ctl_size);
     ASSERT_NE(nullptr, ctl);
-    int fake_fd = copy_memfd(ctl, ctl_size, 0);
-
-    uct_remapring_iface_addr_t addr = *addr_of(rx);
-    addr.ctl_fd = fake_fd;
-    uct_ep_h ep;
-    {
-        scoped_log_capture log;
-        EXPECT_EQ(UCS_ERR_UNREACHABLE,
-                  tx->ep_create(rx->dev_addr.data(), &addr, &ep));
-        EXPECT_TRUE(log.contains("is not sealed")) << log.all();
-    }
+    expect_ctl_refused(tx, rx, copy_memfd(ctl, ctl_size, 0), "is not sealed");
 
     /* the real one is sealed and taken */
-    ep = connect(tx, rx);
+    uct_ep_h ep = connect(tx, rx);
     ASSERT_NE(nullptr, ep);
     EXPECT_EQ(UCS_OK, send(ep));
     EXPECT_TRUE(wait_for([this]() { return m_received == 1; }));
@@ -274,14 +279,7 @@ TEST_F(test_uct_hostile_receiver, other_protocol_version_refused)
     int fake_fd = copy_memfd(copy.data(), ctl_size, MFD_ALLOW_SEALING);
     ASSERT_EQ(0, fcntl(fake_fd, F_ADD_SEALS,
                        F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL));
-
-    uct_remapring_iface_addr_t addr = *addr_of(rx);
-    addr.ctl_fd = fake_fd;
-    uct_ep_h ep;
-    scoped_log_capture log;
-    EXPECT_EQ(UCS_ERR_UNREACHABLE,
-              tx->ep_create(rx->dev_addr.data(), &addr, &ep));
-    EXPECT_TRUE(log.contains("version")) << log.all();
+    expect_ctl_refused(tx, rx, fake_fd, "version");
 }
 
 /* A pool that is not sealed is written through the cma wire, which cannot
