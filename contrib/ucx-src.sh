@@ -32,10 +32,12 @@ fi
 [ "$(id -u)" = 0 ] || private_apt=1
 
 command -v ucx_info >/dev/null || die "ucx_info not found: apt-get install ucx-utils libucx-dev"
-ver=$(ucx_info -v | sed -n 's/^# Version //p')
+ver=$("$here/../config/ucx-version.sh")
 [ -n "$ver" ] || die "cannot read the UCX version from 'ucx_info -v'"
 pkgver=$(dpkg-query -W -f='${Version}' libucx0 2>/dev/null || true)
 [ -n "$pkgver" ] || die "libucx0 is not installed"
+# the source package's version: a binary rebuild (binNMU, "+b1") has none
+srcpkgver=$(dpkg-query -W -f='${source:Version}' libucx0)
 
 dir=${1:-${REMAPRING_UCX_SRC:-/var/cache/remapring/ucx-$ver}}
 stamp=$dir/.remapring-ready
@@ -104,9 +106,9 @@ if [ -n "$private_apt" ]; then
     fi
 fi
 (cd "$work" && apt-get source -qq "${apt_opts[@]}" --download-only \
-     "ucx=$pkgver" >/dev/null &&
+     "ucx=$srcpkgver" >/dev/null &&
  dpkg-source -x --skip-patches ucx_*.dsc src >/dev/null) ||
-    die "apt-get source ucx=$pkgver failed (is a deb-src entry reachable?)"
+    die "apt-get source ucx=$srcpkgver failed (is a deb-src entry reachable, and does the archive still serve that version's source?)"
 mv "$work/src" "$dir/source"
 rm -rf "$work"
 

@@ -315,7 +315,7 @@ c2c_end=$(c2c_measure)
 elapsed=$((SECONDS - start))
 mode=$([ $full = yes ] && echo "--full" || echo "short run")
 machine="$(. /etc/os-release && echo "$PRETTY_NAME"), $(nproc) cores,"
-machine+=" Linux $(uname -r), UCX $(ucx_info -v | sed -n 's/^# Version //p')"
+machine+=" Linux $(uname -r), UCX $("$top/config/ucx-version.sh")"
 {
     /usr/bin/python3 "$here/bench_report.py" "$raw" --csv "$out/bench.csv" \
         --plots "$out" --summary "$out/summary.png" \

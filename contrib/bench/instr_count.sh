@@ -110,4 +110,4 @@ for t in ${tests//,/ }; do
     done
 done
 echo "Ir per message, ucx_perftest -l (loopback, one thread), callgrind;" \
-     "UCX $(ucx_info -v | sed -n 's/^# Version //p'), iterations $n and $((3 * n))"
+     "UCX $("$here/../../config/ucx-version.sh"), iterations $n and $((3 * n))"

@@ -290,6 +290,6 @@ fi
 
 /usr/bin/python3 "$here/bench_report.py" "$raw" ${csv_out:+--csv "$csv_out"}
 echo
-echo "UCX $(ucx_info -v | sed -n "s/^# Version //p"), $(nproc) cores," \
+echo "UCX $("$here/../../config/ucx-version.sh"), $(nproc) cores," \
      "$(uname -r); iterations $small (< 64 KiB) / $large;" \
      "median of $reps runs; $((SECONDS - start)) s"

@@ -24,7 +24,7 @@ parts=${VM_RXE_PARTS:-odp pair pinned}
 
 vm_setup
 
-ucx_version=$(ucx_info -v | sed -n 's/^# Version //p')
+ucx_version=$("$REMAPRING_SRCDIR/config/ucx-version.sh")
 [ -n "$ucx_version" ] || fail "cannot read the host's UCX version"
 module=(-a "$REMAPRING_MODULE:/payload/libuct_remapring.so")
 [ -f "$REMAPRING_MODULE" ] || fail "no module at $REMAPRING_MODULE"

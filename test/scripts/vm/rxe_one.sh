@@ -72,7 +72,8 @@ else
 fi
 
 vm_note "UCX"
-have=$(ucx_info -v | sed -n 's/^# Version //p')
+have=$(ucx_info -v | sed -n -e 's/^# Version //p' \
+                          -e 's/^# Library version: //p')
 [ "$have" = "$ucx_version" ] && check "UCX $have, as on the host" ||
     bad "UCX $have in the guest, $ucx_version on the host"
 ucx_info -d > /tmp/ucx_info 2>&1 || bad "ucx_info -d: status $?"
