@@ -406,7 +406,7 @@ protected:
  * and does not align the others) */
 TEST_P(test_ucp_am_align, every_message_aligned)
 {
-    const size_t aligns[]  = {8, 16, 64, 256, 4096};
+    const size_t aligns[]  = {2, 4, 8, 16, 64, 256, 4096};
     const size_t hdrs[]    = {0, 8, 24};
     const size_t sizes[]   = {1,    8,     64,    200,   512,    520,
                               1024, 1100,  4000,  16384, 65536, 100000};

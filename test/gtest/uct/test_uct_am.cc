@@ -498,7 +498,7 @@ TEST_P(test_uct_am_align, every_message)
 {
     const config_t cfg = {{"WIRE", GetParam()}};
 
-    for (size_t align : {8, 64, 256, 4096}) {
+    for (size_t align : {1, 2, 4, 8, 64, 256, 4096}) {
         for (size_t offset : {(size_t)0, (size_t)3, (size_t)8, align - 1,
                               align, align + 5, 3 * align}) {
             for (bool aligned_sender : {false, true}) {
