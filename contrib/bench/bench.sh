@@ -19,8 +19,9 @@ usage: contrib/bench/bench.sh [--full] [options]
                storm at 256 B, 4 KiB, 16 KiB, 16 MiB held
   --full       sizes 8 B, 64 B, 1 KiB, 4 KiB, 64 KiB, 1 MiB, 4 MiB, 3 runs,
                the default iterations; the storm at 64 B to 64 KiB,
-               32 MiB held (some twenty minutes, the storm's 64 B runs
-               the longest part: 524288 messages each)
+               32 MiB held; and the large-message part (some twenty-five
+               minutes, the storm's 64 B runs the longest part: 524288
+               messages each)
   -o DIR       where the results go (default BUILD_DIR/bench, BUILD_DIR
                being build/ of the source tree): raw.csv (every run),
                bench.csv (medians and ratios), latency.png, bandwidth.png,
@@ -33,7 +34,11 @@ usage: contrib/bench/bench.sh [--full] [options]
   -r N         runs; each figure is the median of the runs
   -n N, -N N   iterations below 64 KiB / from 64 KiB on (ucx_perftest; MPI
                takes half of them)
-  -p LIST      parts (default perftest,mpi,mpi4py,storm)
+  -p LIST      parts (default perftest,mpi,mpi4py,storm; with --full,
+               large too)
+  -L LIST      the large part's sizes in bytes (default 128 KiB, 1, 4, 16
+               and 64 MiB); its iterations are what moves about 2 GiB a
+               run (100 to 20000), or -N if given
   -t LIST      ucx_perftest tests (perftest_compare.sh -t; default all)
   -S LIST      storm message sizes in bytes (storm.sh -s)
   -P BYTES     storm payload held at each size (storm.sh -P; k, m, g)
@@ -66,6 +71,12 @@ Parts:
             pool" (remapring: what its pool memfd holds, per payload byte)
             and "UCP storm drain" (MB/s from the first receive posted to
             the last complete); storm.txt and storm.csv have every column
+  large     UCP tag_bw, ucp_am_bw, stream_bw and tag_lat at the -L sizes
+            (perftest_compare.sh -i, as the perftest part), and one core's
+            memcpy() of each size measured in the same run
+            (contrib/bench/memcpy_bw.c); its own table, large.txt (and
+            large.csv, large-raw.csv): each figure, its ratio to posix+cma
+            and its share of memcpy's bandwidth
 An MPI that is missing or not built with UCX is left out, with the reason.
 Metrics: lat = one-way latency (usec), bw = bandwidth (MB/s, 2^20 bytes),
 rate = messages/s, held = bytes held per payload byte. Ratios are
@@ -86,8 +97,9 @@ full=no
 out=
 module=${REMAPRING_MODULE:-}
 wires=shm,cma
-sizes= reps= small= large=
-parts=perftest,mpi,mpi4py,storm
+sizes= reps= small= large= large_iters=
+parts=
+large_sizes=131072,1048576,4194304,16777216,67108864
 tests=
 storm_sizes= storm_payload=
 while [ $# -gt 0 ]; do
@@ -99,7 +111,8 @@ while [ $# -gt 0 ]; do
     -s) sizes=$2; shift ;;
     -r) reps=$2; shift ;;
     -n) small=$2; shift ;;
-    -N) large=$2; shift ;;
+    -N) large=$2; large_iters=$2; shift ;;
+    -L) large_sizes=$2; shift ;;
     -p) parts=$2; shift ;;
     -t) tests=$2; shift ;;
     -S) storm_sizes=$2; shift ;;
@@ -114,18 +127,23 @@ if [ $full = yes ]; then
     : "${small:=200000}" "${large:=2000}"
     : "${storm_sizes:=64,256,1024,4096,16384,65536}" "${storm_payload:=32m}"
     py_sizes=8,65536,1048576
+    : "${parts:=perftest,mpi,mpi4py,storm,large}"
 else
     : "${sizes:=8,4096,65536,1048576}" "${reps:=2}"
     : "${small:=50000}" "${large:=1000}"
     : "${storm_sizes:=256,4096,16384}" "${storm_payload:=16m}"
     py_sizes=8
+    : "${parts:=perftest,mpi,mpi4py,storm}"
 fi
 for n in "$small" "$large" "$reps"; do
     [[ $n =~ ^[1-9][0-9]*$ ]] ||
         { echo "-n, -N, -r: a positive number, not '$n'" >&2; exit 2; }
 done
-[[ ,$parts, =~ ^(,(perftest|mpi|mpi4py|storm))+,$ ]] ||
-    { echo "-p: perftest, mpi, mpi4py and/or storm, not '$parts'" >&2
+[[ ,$parts, =~ ^(,(perftest|mpi|mpi4py|storm|large))+,$ ]] ||
+    { echo "-p: perftest, mpi, mpi4py, storm and/or large, not '$parts'" >&2
+      exit 2; }
+[[ $large_sizes =~ ^[1-9][0-9]*(,[1-9][0-9]*)*$ ]] ||
+    { echo "-L: sizes in bytes, comma separated, not '$large_sizes'" >&2
       exit 2; }
 
 if [ -z "$module" ]; then
@@ -310,6 +328,28 @@ else
     missing+=(--missing "UCP unexpected storm:left out of this run (-p)")
 fi
 
+# --- large messages ------------------------------------------------------------
+large_raw=$out/large-raw.csv
+rm -f "$large_raw" "$out/large.csv" "$out/large.txt"
+if [[ ,$parts, == *,large,* ]]; then
+    echo "bench,size,metric,transport,run,value" > "$large_raw"
+    cc -O2 "$here/memcpy_bw.c" -o "$tmp/memcpy_bw" ||
+        { echo "bench: cannot build memcpy_bw.c" >&2; exit 1; }
+    for s in ${large_sizes//,/ }; do
+        # about 2 GiB a run: enough copies at 128 KiB, a second at 64 MiB
+        n=${large_iters:-$(( (2 << 30) / s ))}
+        [ -n "$large_iters" ] || n=$(( n < 100 ? 100 : n > 20000 ? 20000 : n ))
+        progress "large messages, $s B, $reps runs, $n iterations"
+        "$here/perftest_compare.sh" -i -q -m "$module" -s "$s" -N "$n" \
+            -r "$reps" -w "$wires" \
+            -t ucp_tag_bw,ucp_am_bw,ucp_stream_bw,ucp_tag_lat \
+            -o "$large_raw" > /dev/null
+        for ((r = 1; r <= reps; r++)); do
+            "$tmp/memcpy_bw" "$s" "$r" >> "$large_raw"
+        done
+    done
+fi
+
 # --- the table, the CSV, the plots ---------------------------------------------
 c2c_end=$(c2c_measure)
 elapsed=$((SECONDS - start))
@@ -317,9 +357,12 @@ mode=$([ $full = yes ] && echo "--full" || echo "short run")
 machine="$(. /etc/os-release && echo "$PRETTY_NAME"), $(nproc) cores,"
 machine+=" Linux $(uname -r), UCX $("$top/config/ucx-version.sh")"
 {
-    /usr/bin/python3 "$here/bench_report.py" "$raw" --csv "$out/bench.csv" \
-        --plots "$out" --summary "$out/summary.png" \
-        --title "$machine; $mode" ${missing[@]+"${missing[@]}"}
+    # no table without a figure (-p large alone)
+    [ "$(wc -l < "$raw")" -le 1 ] ||
+        /usr/bin/python3 "$here/bench_report.py" "$raw" \
+            --csv "$out/bench.csv" --plots "$out" \
+            --summary "$out/summary.png" --title "$machine; $mode" \
+            ${missing[@]+"${missing[@]}"}
     for s in ${skipped[@]+"${skipped[@]}"}; do
         echo "left out: $s"
     done
@@ -334,4 +377,13 @@ machine+=" Linux $(uname -r), UCX $("$top/config/ucx-version.sh")"
         echo "storm: sizes $storm_sizes, $storm_payload held at each," \
              "the table in $out/storm.txt"
 } | tee "$out/bench.txt"
-echo "results in $out (raw.csv, bench.csv, *.png, storm.txt, storm.csv)"
+if [ -f "$large_raw" ]; then
+    {
+        echo
+        echo "large messages (memcpy: one core's, the same size, this run):"
+        /usr/bin/python3 "$here/bench_report.py" "$large_raw" \
+            --csv "$out/large.csv" --share-of memcpy
+    } | tee "$out/large.txt"
+fi
+echo "results in $out (raw.csv, bench.csv, *.png, storm.txt, storm.csv$(
+    [ -f "$large_raw" ] && echo ", large.txt, large.csv"))"

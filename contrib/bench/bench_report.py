@@ -88,12 +88,17 @@ def short_name(t):
     return t.replace("remapring-", "rr-")
 
 
-def print_table(med, order, transports, missing, out=sys.stdout):
+def print_table(med, order, transports, missing, ref=None, out=sys.stdout):
+    """ref: (name, {size: bandwidth}), a column of that bandwidth and each
+    transport's share of it in the bw rows (--share-of)"""
     others = [t for t in transports if t != BASELINE]
     have_base = BASELINE in transports
     head = ["bench", "size", "metric"] + [short_name(t) for t in transports]
     if have_base:
         head += ["%s/posix" % short_name(t).replace("rr-", "") for t in others]
+    if ref:
+        head += [ref[0]] + ["%s/%s" % (short_name(t).replace("rr-", ""),
+                                       ref[0]) for t in transports]
     rows = []
     for key in order:
         bench, size, metric = key
@@ -109,6 +114,12 @@ def print_table(med, order, transports, missing, out=sys.stdout):
                 else:
                     ahead = r < 1 if metric in LOWER_BETTER else r > 1
                     cells.append("%.2f%s" % (r, "+" if ahead else "-"))
+        if ref:
+            bw = ref[1].get(size) if metric == "bw" else None
+            cells.append(fmt_value("bw", bw) if bw else "-")
+            for t in transports:
+                r = ratio(per.get(t), bw)
+                cells.append("-" if r is None else "%.2f" % r)
         rows.append(cells)
     for name, reason in missing:
         rows.append([name, "", ""] + ["not measured"] +
@@ -138,14 +149,19 @@ def print_table(med, order, transports, missing, out=sys.stdout):
         print("ratios: remapring / %s; '+' remapring ahead (lat and held "
               "below 1, bw and rate above 1), '-' behind" % BASELINE,
               file=out)
+    if ref:
+        print("%s: its bandwidth at the size, and each transport's share of "
+              "it (bw rows)" % ref[0], file=out)
 
 
-def write_csv(path, med, order, transports, runs):
+def write_csv(path, med, order, transports, runs, ref=None):
     others = [t for t in transports if t != BASELINE]
     with open(path, "w", newline="") as f:
         w = csv.writer(f)
         w.writerow(["bench", "size", "metric", "unit"] + transports +
-                   ["%s/%s" % (t, BASELINE) for t in others] + ["runs"])
+                   ["%s/%s" % (t, BASELINE) for t in others] +
+                   ([ref[0]] + ["%s/%s" % (t, ref[0]) for t in transports]
+                    if ref else []) + ["runs"])
         for key in order:
             per = med[key]
             row = list(key) + [UNITS[key[2]]]
@@ -154,6 +170,12 @@ def write_csv(path, med, order, transports, runs):
             for t in others:
                 r = ratio(per.get(t), per.get(BASELINE))
                 row.append("" if r is None else "%.4f" % r)
+            if ref:
+                bw = ref[1].get(key[1]) if key[2] == "bw" else None
+                row.append("" if bw is None else "%.6g" % bw)
+                for t in transports:
+                    r = ratio(per.get(t), bw)
+                    row.append("" if r is None else "%.4f" % r)
             row.append(runs.get(key, 0))
             w.writerow(row)
 
@@ -334,18 +356,32 @@ def main():
     ap.add_argument("--missing", action="append", default=[],
                     metavar="NAME:REASON",
                     help="a row that says NAME was not measured, and why")
+    ap.add_argument("--share-of", metavar="BENCH",
+                    help="BENCH's bw rows (one transport of the same name, "
+                    "e.g. memcpy from contrib/bench/memcpy_bw.c) are no rows "
+                    "of their own but a column, and each bw figure's share "
+                    "of it at the same size another")
     args = ap.parse_args()
 
     data, order, transports = load(args.raw)
+    ref = None
+    if args.share_of:
+        ref = (args.share_of,
+               {k[1]: statistics.median(per[args.share_of])
+                for k, per in data.items()
+                if k[0] == args.share_of and k[2] == "bw" and
+                per.get(args.share_of)})
+        order = [k for k in order if k[0] != args.share_of]
+        transports = [t for t in transports if t != args.share_of]
     if not order:
         print("no figures in %s" % args.raw, file=sys.stderr)
         return 1
     med = medians(data)
     runs = {k: max(len(v) for v in per.values()) for k, per in data.items()}
     missing = [tuple(m.split(":", 1)) for m in args.missing]
-    print_table(med, order, transports, missing)
+    print_table(med, order, transports, missing, ref)
     if args.csv:
-        write_csv(args.csv, med, order, transports, runs)
+        write_csv(args.csv, med, order, transports, runs, ref)
     if args.plots or args.summary:
         if args.plots:
             os.makedirs(args.plots, exist_ok=True)

@@ -7,8 +7,10 @@
 # installed, the UCP storm at 4 KiB with 1 MiB held) whose CSV must have a
 # figure, not "fail", from every transport (remapring on each wire,
 # posix+cma) for UCP tag_lat, the storm's held memory and drain and, where
-# the MPI is there, for each MPI's latency; and whose table must end with
-# the ratios.
+# the MPI is there, for each MPI's latency; whose table must end with
+# the ratios; and whose large-message part (128 KiB, 10 iterations) must
+# give UCP tag_bw from every transport, memcpy's bandwidth and the shares
+# of it.
 # Checks that the benchmark runs, never how fast.
 #
 . "$(dirname "$0")/common.sh"
@@ -22,14 +24,15 @@ command -v ucx_perftest >/dev/null || skip "no ucx_perftest"
 
 note "bench.sh -h"
 "$bench" -h > "$tmp/help" || fail "bench.sh -h: exit status $?"
-for w in --full perftest mpi4py storm posix+cma; do
+for w in --full perftest mpi4py storm large memcpy posix+cma; do
     grep -q -- "$w" "$tmp/help" || fail "bench.sh -h says nothing of $w"
 done
 
 note "a tiny run"
 rc=0
 "$bench" -m "$REMAPRING_MODULE" -o "$tmp/out" -s 8 -r 1 -n 400 -N 10 \
-    -t ucp_tag_lat,uct_am_lat -S 4096 -P 1m > "$tmp/log" 2>&1 || rc=$?
+    -t ucp_tag_lat,uct_am_lat -S 4096 -P 1m \
+    -p perftest,mpi,mpi4py,storm,large -L 131072 > "$tmp/log" 2>&1 || rc=$?
 [ $rc -eq 0 ] || { cat "$tmp/log"; fail "bench.sh: exit status $rc"; }
 sed 's/^/   /' "$tmp/log"
 csv=$tmp/out/bench.csv
@@ -57,6 +60,18 @@ awk -F, '$1 == "UCP storm held pool" && $2 == 4096 && $5 != "" && $6 != "" {
 [ -s "$tmp/out/storm.txt" ] || fail "no storm.txt"
 grep -q "^ratios: remapring / posix+cma" "$tmp/log" || fail "no ratios"
 # the cache line round trip, in ns (or why not, with fewer than two cpus)
+# large.csv: bench,size,metric,unit,shm,cma,posix,shm/posix,cma/posix,
+# memcpy,shm/memcpy,cma/memcpy,posix+cma/memcpy,runs
+lcsv=$tmp/out/large.csv
+[ -s "$lcsv" ] || fail "no large.csv"
+head -1 "$lcsv" | grep -q ",memcpy,remapring-shm/memcpy," ||
+    fail "large.csv's columns: $(head -1 "$lcsv")"
+awk -F, '$1 == "UCP tag_bw" && $2 == 131072 && $3 == "bw" &&
+    $5 > 0 && $6 > 0 && $7 > 0 && $10 > 0 && $11 > 0 && $13 > 0 {
+    found = 1 } END { exit !found }' "$lcsv" ||
+    fail "UCP tag_bw 128 KiB: not every figure and share in large.csv"
+grep -q "^memcpy: its bandwidth at the size" "$tmp/log" ||
+    fail "no large-message table"
 if [ "$(nproc)" -ge 2 ]; then
     grep -Eq "^cache line round trip .*: [0-9]+ ns at the start, [0-9]+ ns" \
         "$tmp/log" || fail "no cache line round trip in the footer"
