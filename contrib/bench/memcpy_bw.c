@@ -38,7 +38,7 @@ static int measure(size_t size, const char *run)
         return -1;
     }
     memset(src, 0x5a, size);
-    memset(dst, 0, size);   /* both faulted in before the clock starts */
+    memset(dst, 0, size); /* both faulted in before the clock starts */
 
     start = now_sec();
     for (i = 0; i < count; ++i) {
@@ -69,8 +69,10 @@ int main(int argc, char **argv)
     for (tok = strtok(list, ","); tok != NULL; tok = strtok(NULL, ",")) {
         size = strtoull(tok, &end, 10);
         if ((*end != '\0') || (size == 0) || (size > ((size_t)1 << 34))) {
-            fprintf(stderr, "memcpy_bw: '%s' is not a size in bytes "
-                    "(1 to 16 GiB)\n", tok);
+            fprintf(stderr,
+                    "memcpy_bw: '%s' is not a size in bytes "
+                    "(1 to 16 GiB)\n",
+                    tok);
             return 2;
         }
         if (measure(size, argv[2]) != 0) {

@@ -88,8 +88,8 @@ static void uct_remapring_ep_unblock(uct_remapring_ep_t *ep)
 /* Expected failures (the receiver went away) are logged by the error
  * callback at the interface's failure level; the caller logs what it found
  * wrong beyond that. */
-void uct_remapring_peer_failed(uct_remapring_peer_t *peer,
-                               ucs_status_t cause, const char *reason)
+void uct_remapring_peer_failed(uct_remapring_peer_t *peer, ucs_status_t cause,
+                               const char *reason)
 {
     uct_remapring_ep_t *ep;
 

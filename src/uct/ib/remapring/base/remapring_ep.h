@@ -101,8 +101,8 @@ void uct_remapring_peer_cleanup(uct_remapring_peer_t *peer);
  * interface's error handler called from progress. @a cause and @a reason
  * say why (in the log; the endpoints report UCS_ERR_ENDPOINT_TIMEOUT).
  */
-void uct_remapring_peer_failed(uct_remapring_peer_t *peer,
-                               ucs_status_t cause, const char *reason);
+void uct_remapring_peer_failed(uct_remapring_peer_t *peer, ucs_status_t cause,
+                               const char *reason);
 
 
 /**

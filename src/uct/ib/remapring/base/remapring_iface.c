@@ -497,12 +497,11 @@ uct_remapring_iface_aligned_init(uct_remapring_iface_t *iface,
 
     /* posix_memalign() takes multiples of a pointer's size only; such a
      * base is aligned to any smaller power of two too */
-    ret = posix_memalign(&iface->rx.aligned_buf,
-                         ucs_max(align, sizeof(void*)),
+    ret = posix_memalign(&iface->rx.aligned_buf, ucs_max(align, sizeof(void *)),
                          config->rx_inline + align);
     if (ret != 0) {
-        ucs_error("failed to allocate %zu bytes for aligned small messages: "
-                  "%s", config->rx_inline + align, strerror(ret));
+        ucs_error("failed to allocate %zu bytes for aligned small messages: %s",
+                  config->rx_inline + align, strerror(ret));
         return UCS_ERR_NO_MEMORY;
     }
 
