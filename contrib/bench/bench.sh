@@ -76,7 +76,12 @@ Parts:
             memcpy() of each size measured in the same run
             (contrib/bench/memcpy_bw.c); its own table, large.txt (and
             large.csv, large-raw.csv): each figure, its ratio to posix+cma
-            and its share of memcpy's bandwidth
+            and its share of memcpy's bandwidth. Both transports' buffers
+            come from malloc() (UCX_ALLOC_PRIO=heap), as an application's
+            do: by default ucx_perftest allocates them through UCP, which
+            takes posix's shared memory (small pages) for posix+cma and
+            transparent huge pages for remapring, a difference of 2-3x from
+            4 MiB on that is the allocation's, not the transport's
 An MPI that is missing or not built with UCX is left out, with the reason.
 Metrics: lat = one-way latency (usec), bw = bandwidth (MB/s, 2^20 bytes),
 rate = messages/s, held = bytes held per payload byte. Ratios are
@@ -340,7 +345,8 @@ if [[ ,$parts, == *,large,* ]]; then
         n=${large_iters:-$(( (2 << 30) / s ))}
         [ -n "$large_iters" ] || n=$(( n < 100 ? 100 : n > 20000 ? 20000 : n ))
         progress "large messages, $s B, $reps runs, $n iterations"
-        "$here/perftest_compare.sh" -i -q -m "$module" -s "$s" -N "$n" \
+        UCX_ALLOC_PRIO=heap \
+            "$here/perftest_compare.sh" -i -q -m "$module" -s "$s" -N "$n" \
             -r "$reps" -w "$wires" \
             -t ucp_tag_bw,ucp_am_bw,ucp_stream_bw,ucp_tag_lat \
             -o "$large_raw" > /dev/null
