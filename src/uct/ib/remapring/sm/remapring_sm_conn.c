@@ -117,6 +117,13 @@ uct_remapring_sm_peer_of(uct_remapring_sm_iface_t *iface, uint64_t sender_id)
                    ucs_derived_of(kh_val(peers, i), uct_remapring_sm_peer_t);
 }
 
+/* Whether @a rx_conn holds a ring of a sender that connected to it (not
+ * one offered to any sender, nor one that failed) */
+static int uct_remapring_rx_conn_taken(const uct_remapring_rx_conn_t *rx_conn)
+{
+    return (rx_conn->ring != NULL) && !rx_conn->offered && !rx_conn->failed;
+}
+
 /* Whether a connection other than @a index from the interface @a sender_id
  * is live */
 static int uct_remapring_rx_sender_connected(uct_remapring_sm_iface_t *iface,
@@ -127,8 +134,8 @@ static int uct_remapring_rx_sender_connected(uct_remapring_sm_iface_t *iface,
 
     for (i = 0; i < iface->rx.ctl.max_peers; ++i) {
         rx_conn = &iface->rx.conns[i];
-        if ((i != index) && (rx_conn->ring != NULL) && !rx_conn->offered &&
-            !rx_conn->failed && (rx_conn->sender_id == sender_id) &&
+        if ((i != index) && uct_remapring_rx_conn_taken(rx_conn) &&
+            (rx_conn->sender_id == sender_id) &&
             (uct_remapring_conn_state(&iface->rx.ctl.conns[i]) !=
              UCT_REMAPRING_CONN_CLOSED)) {
             return 1;
@@ -150,7 +157,7 @@ static void uct_remapring_rx_sender_reset(uct_remapring_sm_iface_t *iface,
     uct_remapring_rx_conn_t *rx_conn = &iface->rx.conns[index];
     uct_remapring_sm_peer_t *peer;
 
-    if ((rx_conn->ring == NULL) || rx_conn->offered || rx_conn->failed ||
+    if (!uct_remapring_rx_conn_taken(rx_conn) ||
         !uct_remapring_conn_was_reset(&iface->rx.ctl.conns[index]) ||
         uct_remapring_rx_sender_connected(iface, index, rx_conn->sender_id)) {
         return;
