@@ -63,6 +63,12 @@ void ucs_ummunotify_ucm_report(uintptr_t start, uintptr_t end)
 
 void ucs_ummunotify_ucm_bridge_init(void)
 {
+    if (ucs_ummunotify_seccomp_wanted()) {
+        /* the seccomp source declares it when it starts and reports every
+         * unmap */
+        return;
+    }
+
     if (!ucs_ummunotify_config.ucm_external) {
         return;
     }
@@ -81,5 +87,5 @@ void ucs_ummunotify_ucm_bridge_init(void)
 
 int ucs_ummunotify_ucm_is_external(void)
 {
-    return ucs_ummunotify_ucm_external;
+    return ucs_ummunotify_ucm_external || ucs_ummunotify_seccomp_running();
 }

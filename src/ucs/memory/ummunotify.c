@@ -105,6 +105,7 @@ static const char *ucs_ummunotify_engine_names[] = {
     [UCS_UMMUNOTIFY_ENGINE_AUTO] = "auto",
     [UCS_UMMUNOTIFY_ENGINE_UFFD] = "uffd",
     [UCS_UMMUNOTIFY_ENGINE_UCM]  = "ucm",
+    [UCS_UMMUNOTIFY_ENGINE_SECCOMP] = "seccomp",
     [UCS_UMMUNOTIFY_ENGINE_LAST] = NULL
 };
 
@@ -114,10 +115,21 @@ static ucs_config_field_t ucs_ummunotify_config_table[] = {
     {"NOTIFIER", "auto",
      "Engine that reports unmapped and remapped memory to the remapring\n"
      "memory cache:\n"
-     " auto - userfaultfd if it can be opened, UCM's hooks otherwise.\n"
-     " uffd - userfaultfd only (one monitor thread per process); fail if it\n"
-     "        cannot be opened.\n"
-     " ucm  - UCM's VM_UNMAPPED events only (needs UCM's mmap hooks).\n"
+     " auto    - seccomp where UCM's mmap hooks are off\n"
+     "           (UCX_MEM_MMAP_HOOK_MODE=none) and the process may install a\n"
+     "           filter without no_new_privs (CAP_SYS_ADMIN, or the flag is\n"
+     "           set already); otherwise userfaultfd if it can be opened,\n"
+     "           UCM's hooks otherwise.\n"
+     " uffd    - userfaultfd only (one monitor thread per process); fail if\n"
+     "           it cannot be opened.\n"
+     " ucm     - UCM's VM_UNMAPPED events only (needs UCM's mmap hooks).\n"
+     " seccomp - every unmap of the whole process, learned from a seccomp\n"
+     "           filter with user notification (Linux 5.7+) and reported to\n"
+     "           UCM (UCM_EVENT_VM_UNMAPPED becomes an external event), so\n"
+     "           UCX's own registration caches stay coherent without hooks.\n"
+     "           Starts when the library is loaded; sets no_new_privs unless\n"
+     "           the process has CAP_SYS_ADMIN; see the README for its costs\n"
+     "           and limits.\n"
      "One log line (level info, or diag on fallback) says which runs and why.",
      ucs_offsetof(ucs_ummunotify_config_t, engine),
      UCS_CONFIG_TYPE_ENUM(ucs_ummunotify_engine_names)},
@@ -157,6 +169,14 @@ static ucs_config_field_t ucs_ummunotify_config_table[] = {
      "and is read once, when the library is loaded.",
      ucs_offsetof(ucs_ummunotify_config_t, ucm_external),
      UCS_CONFIG_TYPE_BOOL},
+
+    {"SECCOMP_TIMEOUT", "10s",
+     "With the seccomp notifier: how long an invalidation callback may run\n"
+     "before the unmapping calls waiting for it are let through without it\n"
+     "(one error line; caches may then go stale). A thread is never blocked\n"
+     "forever by a stuck callback.",
+     ucs_offsetof(ucs_ummunotify_config_t, seccomp_timeout),
+     UCS_CONFIG_TYPE_TIME},
 
     {NULL}
 };
@@ -508,6 +528,24 @@ static ucs_status_t ucs_ummunotify_engine_start(void)
         return ucs_ummunotify_global.config_status;
     }
 
+    /* the whole-process source, if it runs, sees everything the others
+     * would: it is the engine */
+    if (ucs_ummunotify_seccomp_wanted()) {
+        ucs_ummunotify_seccomp_start();
+    }
+    if (ucs_ummunotify_seccomp_running()) {
+        status = ucs_ummunotify_try_start(&ucs_ummunotify_seccomp_ops,
+                                          why_uffd, sizeof(why_uffd));
+        if (status == UCS_OK) {
+            ucs_info("notifier engine seccomp: %s", why_uffd);
+            return UCS_OK;
+        }
+    }
+    if (want == UCS_UMMUNOTIFY_ENGINE_SECCOMP) {
+        /* the constructor said why, once */
+        goto failed;
+    }
+
     if (want != UCS_UMMUNOTIFY_ENGINE_UCM) {
         status = ucs_ummunotify_try_start(&ucs_ummunotify_uffd_ops, why_uffd,
                                           sizeof(why_uffd));
@@ -856,7 +894,12 @@ UCS_STATIC_INIT {
         ucs_ummunotify_config.cpu          = -1;
         ucs_ummunotify_config.ucm_report   = 1;
         ucs_ummunotify_config.ucm_external = 0;
+        ucs_ummunotify_config.seccomp_timeout = 10;
     }
+
+    /* before the UCM bridge and before any UCS cache subscribes */
+    pthread_atfork(NULL, NULL, ucs_ummunotify_seccomp_atfork_child);
+    ucs_ummunotify_seccomp_init();
 
     pthread_atfork(ucs_ummunotify_atfork_prepare,
                    ucs_ummunotify_atfork_parent,

@@ -36,7 +36,11 @@
  *  - uffd: one userfaultfd per process with non-cooperative UNMAP, REMOVE and
  *    REMAP events, and a monitor thread;
  *  - ucm:  UCM's UCM_EVENT_VM_UNMAPPED hooks, for kernels or sandboxes where
- *    userfaultfd cannot be opened.
+ *    userfaultfd cannot be opened;
+ *  - seccomp: a seccomp filter with user notification on every call that
+ *    can unmap memory, in every thread; a dispatcher thread invalidates
+ *    and reports each range to UCM before the call runs. Started when the
+ *    library is loaded, see ummunotify_seccomp.c.
  *
  * All functions are thread safe.
  */
@@ -69,6 +73,8 @@ typedef enum {
     UCS_UMMUNOTIFY_ENGINE_AUTO, /**< uffd, falling back to ucm */
     UCS_UMMUNOTIFY_ENGINE_UFFD, /**< userfaultfd monitor thread */
     UCS_UMMUNOTIFY_ENGINE_UCM,  /**< UCM VM_UNMAPPED hooks */
+    UCS_UMMUNOTIFY_ENGINE_SECCOMP, /**< seccomp user notification: every
+                                        unmap of the process, to UCM too */
     UCS_UMMUNOTIFY_ENGINE_LAST
 } ucs_ummunotify_engine_t;
 

@@ -61,11 +61,13 @@ typedef struct {
     int                     cpu;           /* monitor affinity, -1: none */
     int                     ucm_report;
     int                     ucm_external;
+    double                  seccomp_timeout; /* seconds */
 } ucs_ummunotify_config_t;
 
 
 extern const ucs_ummunotify_ops_t ucs_ummunotify_uffd_ops;
 extern const ucs_ummunotify_ops_t ucs_ummunotify_ucm_ops;
+extern const ucs_ummunotify_ops_t ucs_ummunotify_seccomp_ops;
 extern ucs_ummunotify_config_t    ucs_ummunotify_config;
 
 
@@ -185,5 +187,65 @@ void ucs_ummunotify_prereport(int woken);
  * scan, was within a range that scan reported.
  */
 void ucs_ummunotify_prereport_check(uintptr_t start, uintptr_t end);
+
+
+/* What the seccomp source did since it started (relaxed counters). */
+typedef struct {
+    uint64_t calls;      /* notifications read */
+    uint64_t reported;   /* ranges reported (table and UCM) */
+    uint64_t own;        /* calls of the dispatcher itself, reported after */
+    uint64_t foreign;    /* calls of other processes (fork children, exec) */
+    uint64_t unreported; /* let through unreported (timeout, own shmdt) */
+    uint64_t timeouts;   /* times a report ran past the timeout */
+    uint64_t abandoned;  /* answers the kernel no longer wanted */
+} ucs_ummunotify_seccomp_stats_t;
+
+
+/**
+ * Seccomp source: start it if configured (UCX_REMAPRING_NOTIFIER=seccomp,
+ * or auto with UCM's mmap hooks off in a process that may install filters
+ * without changing its privileges). Called once from the constructor,
+ * after the settings are read and before any UCS cache can subscribe.
+ */
+void ucs_ummunotify_seccomp_init(void);
+
+
+/**
+ * @return Nonzero if the seccomp source is configured to start here (it
+ *         starts with the first UCS cache, see ummunotify_seccomp.c).
+ */
+int ucs_ummunotify_seccomp_wanted(void);
+
+
+/**
+ * Start the seccomp source now if it is wanted and not yet started (the
+ * notifier's first client, before any UCS cache).
+ */
+void ucs_ummunotify_seccomp_start(void);
+
+
+/**
+ * @return Nonzero if the seccomp source runs in this process.
+ */
+int ucs_ummunotify_seccomp_running(void);
+
+
+/**
+ * @return Nonzero if UCX_MEM_MMAP_HOOK_MODE=none is set.
+ */
+int ucs_ummunotify_seccomp_hooks_off(void);
+
+
+/**
+ * Copy the seccomp source's counters.
+ */
+void ucs_ummunotify_seccomp_get_stats(ucs_ummunotify_seccomp_stats_t *stats);
+
+
+/**
+ * In a fork() child: close the copies of the listener and of the guard's
+ * socket (the child has no reader). Run by a pthread_atfork handler.
+ */
+void ucs_ummunotify_seccomp_atfork_child(void);
 
 #endif

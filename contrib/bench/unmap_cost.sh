@@ -1,0 +1,108 @@
+#!/bin/bash
+#
+# Copyright (c) remapring contributors. See file LICENSE for terms.
+#
+# What keeping UCX's registration caches coherent costs, side by side in one
+# run, for each source of unmap events (contrib/bench/unmap_bench.c):
+#   none     hooks off, nothing reported (the baseline)
+#   ucm      UCM's hooks, UCX's default
+#   uffd     remapring's userfaultfd monitor (watched memory only)
+#   seccomp  remapring's seccomp source (every unmap of the process)
+# 1. munmap() of a touched mapping and malloc()+free() of a block above
+#    glibc's mmap threshold: p50 and p99 per source, and what each adds to
+#    the baseline as a multiple of what UCM's hooks add;
+# 2. ucx_perftest UCP tag_bw by rendezvous (1 MiB, posix+cma, a run that
+#    does not unmap) with the process under each source: MB/s and the ratio
+#    to UCM's hooks.
+#
+# usage: unmap_cost.sh [-n ITERS] [-s LEN] [-o OUTDIR] [-P]
+#   -P  leave out the ucx_perftest part
+#
+set -euo pipefail
+here=$(cd "$(dirname "$0")" && pwd)
+top=$(cd "$here/../.." && pwd)
+iters=2000 len=$((1 << 20)) out=. perftest=1
+while getopts "n:s:o:Ph" o; do
+    case $o in
+    n) iters=$OPTARG ;;
+    s) len=$OPTARG ;;
+    o) out=$OPTARG ;;
+    P) perftest=0 ;;
+    *) sed -n '3,20p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    esac
+done
+build=${BUILD_DIR:-$top/build}
+bench=$build/contrib/bench/unmap_bench
+module=$build/.libs/libuct_remapring.so
+[ -x "$bench" ] || { echo "unmap_cost: no $bench: build first" >&2; exit 1; }
+mkdir -p "$out"
+
+off=(UCX_MEM_MALLOC_HOOKS=n UCX_MEM_MMAP_HOOK_MODE=none)
+declare -A envs=(
+    [none]="${off[*]}"
+    [ucm]=""
+    [uffd]="${off[*]} UCX_REMAPRING_UCM_EXTERNAL=y"
+    [seccomp]="${off[*]} UCX_REMAPRING_NOTIFIER=seccomp"
+)
+sources=(none ucm uffd seccomp)
+
+csv=$out/unmap_cost.csv
+rm -f "$out/perf.csv"
+echo "source,what,p50_us,p99_us" > "$csv"
+for s in "${sources[@]}"; do
+    # shellcheck disable=SC2086
+    env ${envs[$s]} "$bench" "$s" -n "$iters" -s "$len" > "$out/unmap_$s.txt"
+    awk -v s="$s" '/p50_us/ { split($2, a, "="); split($3, b, "=");
+                              printf "%s,%s,%s,%s\n", s, $1, a[2], b[2] }' \
+        "$out/unmap_$s.txt" >> "$csv"
+done
+
+printf "\nunmapping calls, %s bytes, %s each (microseconds)\n" "$len" "$iters"
+python3 - "$csv" <<'PY'
+import csv, sys
+rows = list(csv.DictReader(open(sys.argv[1])))
+val = {(r["source"], r["what"]): (float(r["p50_us"]), float(r["p99_us"]))
+       for r in rows}
+for what in ("munmap", "malloc_free"):
+    base = val[("none", what)][0]
+    ucm_add = val[("ucm", what)][0] - base
+    print(f"{what:12s} {'source':8s} {'p50':>8s} {'p99':>8s} {'added':>8s} "
+          f"{'x ucm':>6s}")
+    for s in ("none", "ucm", "uffd", "seccomp"):
+        p50, p99 = val[(s, what)]
+        add = p50 - base
+        ratio = f"{add / ucm_add:6.2f}" if ucm_add > 0.05 else "     -"
+        print(f"{'':12s} {s:8s} {p50:8.2f} {p99:8.2f} {add:8.2f} {ratio}")
+PY
+
+[ "$perftest" = 1 ] || exit 0
+command -v ucx_perftest >/dev/null || { echo "no ucx_perftest"; exit 0; }
+printf "\nucx_perftest tag_bw 1 MiB (rendezvous), posix+cma, no unmapping\n"
+port=$((20000 + RANDOM % 20000))
+for s in ucm none uffd seccomp ucm none uffd seccomp; do
+    # shellcheck disable=SC2086
+    env ${envs[$s]} LD_PRELOAD="$module" UCX_TLS=posix,cma,self \
+        timeout 120 ucx_perftest -p $port -t tag_bw -s 1048576 -n 2000 \
+        > "$out/perf_$s.server" 2>&1 &
+    sleep 1
+    # shellcheck disable=SC2086
+    env ${envs[$s]} LD_PRELOAD="$module" UCX_TLS=posix,cma,self \
+        timeout 120 ucx_perftest localhost -p $port -t tag_bw -s 1048576 \
+        -n 2000 > "$out/perf_$s.client" 2>&1 || true
+    wait || true
+    port=$((port + 1))
+    awk -v s="$s" '/Final:/ { print s "," $(NF-3) }' "$out/perf_$s.client" \
+        >> "$out/perf.csv"
+done
+python3 - "$out/perf.csv" <<'PY'
+import sys, statistics
+v = {}
+for line in open(sys.argv[1]):
+    s, mbs = line.strip().split(",")
+    v.setdefault(s, []).append(float(mbs))
+ucm = statistics.median(v.get("ucm", [0]))
+for s in ("ucm", "none", "uffd", "seccomp"):
+    if s in v:
+        m = statistics.median(v[s])
+        print(f"  {s:8s} {m:9.1f} MB/s  x{m / ucm:.2f} of ucm" if ucm else s)
+PY

@@ -1,0 +1,1045 @@
+/**
+ * Copyright (c) remapring contributors. See file LICENSE for terms.
+ */
+
+#ifndef _GNU_SOURCE
+#define _GNU_SOURCE
+#endif
+
+#include "ummunotify_int.h"
+
+#include <ucm/api/ucm.h>
+#include <ucs/debug/log_def.h>
+#include <ucs/sys/compiler_def.h>
+
+#include <dlfcn.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <linux/audit.h>
+#include <linux/filter.h>
+#include <linux/futex.h>
+#include <linux/seccomp.h>
+#include <poll.h>
+#include <sched.h>
+#include <signal.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/ioctl.h>
+#include <sys/mman.h>
+#include <sys/prctl.h>
+#include <sys/shm.h>
+#include <sys/socket.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+
+/*
+ * The whole-process source: seccomp user notification.
+ *
+ * A seccomp filter on every thread of the process turns each call that can
+ * take memory away - munmap, mremap, madvise(DONTNEED/FREE/REMOVE/
+ * DONTNEED_LOCKED), mmap and shmat over an existing mapping (MAP_FIXED,
+ * SHM_REMAP), shmdt, brk other than the query brk(0) - into a notification.
+ * The calling thread waits in the kernel while the dispatcher thread reads
+ * the call's arguments, invalidates the range in the notifier table and
+ * reports it to UCM (ucm_vm_munmap: every UCS registration cache and the
+ * memtype cache drop it), and only then tells the kernel to run the call
+ * (SECCOMP_USER_NOTIF_FLAG_CONTINUE). Nothing is patched: raw system calls,
+ * static runtimes and any allocator are seen.
+ *
+ * Threads:
+ *  - the reader reads every notification. It never allocates and makes no
+ *    call the filter catches, so it can never wait on itself. A call of the
+ *    dispatcher itself (its callbacks, or the allocator they use, freeing
+ *    memory) is let through at once and its range kept for the dispatcher
+ *    to report after its current one. A call of another process (a fork()
+ *    child: the filter and the listener are inherited) is let through at
+ *    once. Everything else is queued for the dispatcher.
+ *  - the dispatcher reports, then lets the call through.
+ *  If a report runs longer than UCX_REMAPRING_SECCOMP_TIMEOUT, the reader
+ *  lets the waiting calls through without it and says so in one error line:
+ *  a thread is never blocked forever by a stuck callback.
+ *
+ * The guard: a process forked before the filter exists (so it is not
+ * filtered itself) holds a copy of the listener. While this process lives
+ * it only waits on a socket; when the socket closes (this process exited,
+ * or called execve(): the descriptors are close-on-exec), it answers every
+ * notification left with "continue" until no task uses the filter any more.
+ * Without it, programs this process exec()s or fork() children that outlive
+ * it would get ENOSYS from munmap() and mmap(MAP_FIXED) - the dynamic loader
+ * itself fails.
+ *
+ * The filter is irrevocable and inherited across fork() and execve(); a
+ * process can have only one listener in its filter chain, so a fork() child
+ * or an exec()'d program that wants this source too cannot have it (it gets
+ * EBUSY and says so).
+ */
+
+
+#define UCS_SECCOMP_QUEUE_LEN   256   /* pending calls of the process */
+#define UCS_SECCOMP_OWN_LEN     1024  /* dispatcher's own calls, per report */
+#define UCS_SECCOMP_TICK_MS     100
+
+#ifndef SECCOMP_FILTER_FLAG_WAIT_KILLABLE_RECV
+#  define SECCOMP_FILTER_FLAG_WAIT_KILLABLE_RECV (1UL << 5)
+#endif
+#ifndef MADV_DONTNEED_LOCKED
+#  define MADV_DONTNEED_LOCKED 24
+#endif
+
+#if defined(__x86_64__)
+#  define UCS_SECCOMP_AUDIT_ARCH AUDIT_ARCH_X86_64
+#elif defined(__aarch64__)
+#  define UCS_SECCOMP_AUDIT_ARCH AUDIT_ARCH_AARCH64
+#endif
+
+
+typedef struct {
+    uint64_t id;
+    uint32_t pid;
+    int32_t  nr;
+    uint64_t args[6];
+} ucs_seccomp_call_t;
+
+
+static struct {
+    int                     state; /* 0 off, 1 running, -1 failed */
+    char                    why[200];
+    int                     listener;
+    int                     guard_sock;
+    pid_t                   guard;
+    pid_t                   tgid;
+    struct seccomp_notif_sizes sizes;
+
+    pthread_t               reader;
+    pthread_t               dispatcher;
+    pid_t                   dispatcher_tid;
+    volatile int            go;    /* futex: threads may start */
+
+    /* reader -> dispatcher */
+    ucs_seccomp_call_t      queue[UCS_SECCOMP_QUEUE_LEN];
+    volatile unsigned       qhead; /* dispatcher's */
+    volatile unsigned       qtail; /* reader's */
+    volatile int            qwake; /* futex */
+
+    /* the dispatcher's own calls, from the reader */
+    ucs_ummunotify_range_t  own[UCS_SECCOMP_OWN_LEN];
+    volatile unsigned       own_tail;
+    volatile unsigned       own_lost;
+
+    /* stuck detection: nonzero while a report runs */
+    volatile uint64_t       busy_since_ns;
+    volatile int            degraded;
+    int                     inherited; /* EBUSY: a listener in the chain */
+
+    ucs_ummunotify_seccomp_stats_t stats;
+} ucs_seccomp = {
+    .listener   = -1,
+    .guard_sock = -1
+};
+
+
+static uint64_t ucs_seccomp_now_ns(void)
+{
+    struct timespec ts;
+
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000ull + ts.tv_nsec;
+}
+
+static void ucs_seccomp_futex_wait(volatile int *word, int val, int ms)
+{
+    struct timespec ts = {ms / 1000, (ms % 1000) * 1000000l};
+
+    syscall(SYS_futex, word, FUTEX_WAIT_PRIVATE, val,
+            (ms < 0) ? NULL : &ts, NULL, 0);
+}
+
+static void ucs_seccomp_futex_wake(volatile int *word)
+{
+    syscall(SYS_futex, word, FUTEX_WAKE_PRIVATE, INT32_MAX, NULL, NULL, 0);
+}
+
+/* Threads wait until the filter is installed (go 1) or was not (-1). */
+static int ucs_seccomp_wait_go(void)
+{
+    int go;
+
+    while ((go = __atomic_load_n(&ucs_seccomp.go, __ATOMIC_ACQUIRE)) == 0) {
+        ucs_seccomp_futex_wait(&ucs_seccomp.go, 0, -1);
+    }
+    return go > 0;
+}
+
+static void ucs_seccomp_set_go(int go)
+{
+    __atomic_store_n(&ucs_seccomp.go, go, __ATOMIC_RELEASE);
+    ucs_seccomp_futex_wake(&ucs_seccomp.go);
+}
+
+static void ucs_seccomp_stat_add(uint64_t *counter, uint64_t value)
+{
+    __atomic_fetch_add(counter, value, __ATOMIC_RELAXED);
+}
+
+/* ---------------------------------------------------------------- filter */
+
+#define UCS_SECCOMP_ARG_LO(_n) \
+    (offsetof(struct seccomp_data, args) + (_n) * sizeof(uint64_t))
+
+/* clang-format off */
+static struct sock_filter ucs_seccomp_program[] = {
+    /*  0 */ BPF_STMT(BPF_LD  | BPF_W   | BPF_ABS, offsetof(struct seccomp_data, arch)),
+    /*  1 */ BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, UCS_SECCOMP_AUDIT_ARCH, 1, 0),
+    /*  2 */ BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW),
+    /*  3 */ BPF_STMT(BPF_LD  | BPF_W   | BPF_ABS, offsetof(struct seccomp_data, nr)),
+    /*  4 */ BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, SYS_munmap,  22, 0),
+    /*  5 */ BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, SYS_mremap,  21, 0),
+    /*  6 */ BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, SYS_shmdt,   20, 0),
+    /*  7 */ BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, SYS_madvise,  4, 0),
+    /*  8 */ BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, SYS_mmap,     9, 0),
+    /*  9 */ BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, SYS_shmat,   10, 0),
+    /* 10 */ BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, SYS_brk,     11, 0),
+    /* 11 */ BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW),
+    /* 12: madvise(addr, len, advice) */
+    /* 12 */ BPF_STMT(BPF_LD  | BPF_W   | BPF_ABS, UCS_SECCOMP_ARG_LO(2)),
+    /* 13 */ BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, MADV_DONTNEED,        13, 0),
+    /* 14 */ BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, MADV_FREE,            12, 0),
+    /* 15 */ BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, MADV_REMOVE,          11, 0),
+    /* 16 */ BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, MADV_DONTNEED_LOCKED, 10, 0),
+    /* 17 */ BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW),
+    /* 18: mmap(addr, len, prot, flags, fd, off) over what is there */
+    /* 18 */ BPF_STMT(BPF_LD  | BPF_W   | BPF_ABS, UCS_SECCOMP_ARG_LO(3)),
+    /* 19 */ BPF_JUMP(BPF_JMP | BPF_JSET | BPF_K, MAP_FIXED, 7, 6),
+    /* 20: shmat(id, addr, flags) over what is there */
+    /* 20 */ BPF_STMT(BPF_LD  | BPF_W   | BPF_ABS, UCS_SECCOMP_ARG_LO(2)),
+    /* 21 */ BPF_JUMP(BPF_JMP | BPF_JSET | BPF_K, SHM_REMAP, 5, 4),
+    /* 22: brk(addr); brk(0) only asks where the break is */
+    /* 22 */ BPF_STMT(BPF_LD  | BPF_W   | BPF_ABS, UCS_SECCOMP_ARG_LO(0)),
+    /* 23 */ BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, 0, 0, 3),
+    /* 24 */ BPF_STMT(BPF_LD  | BPF_W   | BPF_ABS, UCS_SECCOMP_ARG_LO(0) + 4),
+    /* 25 */ BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, 0, 0, 1),
+    /* 26 */ BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW),
+    /* 27 */ BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_USER_NOTIF),
+};
+/* clang-format on */
+
+/* ------------------------------------------------------------ the report */
+
+/* What one call takes away, as at most two ranges. */
+static unsigned ucs_seccomp_ranges(const ucs_seccomp_call_t *call,
+                                   int may_allocate, ucs_ummunotify_range_t *r,
+                                   ucs_ummunotify_event_type_t *type);
+
+static void ucs_seccomp_report(ucs_ummunotify_event_type_t type,
+                               uintptr_t start, uintptr_t end)
+{
+    size_t page = (size_t)sysconf(_SC_PAGESIZE);
+
+    start &= ~(page - 1);
+    end    = (end + page - 1) & ~(page - 1);
+    if (end <= start) {
+        return;
+    }
+
+    if (ucs_ummunotify_engine() == UCS_UMMUNOTIFY_ENGINE_SECCOMP) {
+        ucs_ummunotify_lock();
+        ucs_ummunotify_seq_begin();
+        ucs_ummunotify_apply(type, start, end);
+        ucs_ummunotify_seq_end();
+        ucs_ummunotify_unlock();
+    }
+
+    ucm_vm_munmap((void*)start, end - start);
+    ucs_seccomp_stat_add(&ucs_seccomp.stats.reported, 1);
+}
+
+/* Report what the dispatcher's own calls took, in the order they came. */
+static void ucs_seccomp_report_own(void)
+{
+    unsigned idx = 0, tail, lost;
+
+    for (;;) {
+        tail = __atomic_load_n(&ucs_seccomp.own_tail, __ATOMIC_ACQUIRE);
+        if (idx == tail) {
+            break;
+        }
+        for (; idx < tail; ++idx) {
+            ucs_seccomp_report(UCS_UMMUNOTIFY_EVENT_UNMAP,
+                               ucs_seccomp.own[idx].start,
+                               ucs_seccomp.own[idx].end);
+        }
+        /* reset only if no new one came meanwhile */
+        if (__atomic_compare_exchange_n(&ucs_seccomp.own_tail, &tail, 0, 0,
+                                        __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE)) {
+            break;
+        }
+    }
+
+    lost = __atomic_exchange_n(&ucs_seccomp.own_lost, 0, __ATOMIC_ACQ_REL);
+    if (lost > 0) {
+        ucs_error("notifier seccomp: %u unmaps of the notifier's own thread "
+                  "exceeded its list of %u and were not reported", lost,
+                  UCS_SECCOMP_OWN_LEN);
+    }
+}
+
+static void ucs_seccomp_respond(uint64_t id)
+{
+    struct seccomp_notif_resp resp;
+
+    memset(&resp, 0, sizeof(resp));
+    resp.id    = id;
+    resp.flags = SECCOMP_USER_NOTIF_FLAG_CONTINUE;
+    if (ioctl(ucs_seccomp.listener, SECCOMP_IOCTL_NOTIF_SEND, &resp) < 0) {
+        /* ENOENT: the caller was interrupted or killed, or the reader let
+         * it through after a timeout; it will call again if it wants */
+        ucs_seccomp_stat_add(&ucs_seccomp.stats.abandoned, 1);
+    }
+}
+
+static void *ucs_seccomp_dispatcher_main(void *arg)
+{
+    ucs_ummunotify_range_t r[2];
+    ucs_ummunotify_event_type_t type;
+    ucs_seccomp_call_t call;
+    unsigned head, n, i;
+    int wake;
+
+    __atomic_store_n(&ucs_seccomp.dispatcher_tid, (pid_t)syscall(SYS_gettid),
+                     __ATOMIC_RELEASE);
+    if (!ucs_seccomp_wait_go()) {
+        return NULL;
+    }
+
+    for (;;) {
+        head = ucs_seccomp.qhead;
+        wake = __atomic_load_n(&ucs_seccomp.qwake, __ATOMIC_ACQUIRE);
+        if (head == __atomic_load_n(&ucs_seccomp.qtail, __ATOMIC_ACQUIRE)) {
+            ucs_seccomp_futex_wait(&ucs_seccomp.qwake, wake, -1);
+            continue;
+        }
+
+        call = ucs_seccomp.queue[head % UCS_SECCOMP_QUEUE_LEN];
+        __atomic_store_n(&ucs_seccomp.busy_since_ns, ucs_seccomp_now_ns(),
+                         __ATOMIC_RELEASE);
+        n = ucs_seccomp_ranges(&call, 1, r, &type);
+        for (i = 0; i < n; ++i) {
+            ucs_seccomp_report(type, r[i].start, r[i].end);
+        }
+        ucs_seccomp_report_own();
+        __atomic_store_n(&ucs_seccomp.busy_since_ns, 0, __ATOMIC_RELEASE);
+
+        ucs_seccomp_respond(call.id);
+        /* a reader waiting for room polls for it: no wake-up needed */
+        __atomic_store_n(&ucs_seccomp.qhead, head + 1, __ATOMIC_RELEASE);
+    }
+
+    return NULL;
+}
+
+/* ------------------------------------------------------------ the reader */
+
+/* Answer a call the reader lets through itself. */
+static void ucs_seccomp_reader_continue(uint64_t id)
+{
+    struct seccomp_notif_resp resp;
+
+    memset(&resp, 0, sizeof(resp));
+    resp.id    = id;
+    resp.flags = SECCOMP_USER_NOTIF_FLAG_CONTINUE;
+    (void)ioctl(ucs_seccomp.listener, SECCOMP_IOCTL_NOTIF_SEND, &resp);
+}
+
+/* The dispatcher has been in one report for longer than the timeout: let
+ * every queued call through without waiting for it. */
+static int ucs_seccomp_check_stuck(void)
+{
+    uint64_t since = __atomic_load_n(&ucs_seccomp.busy_since_ns,
+                                     __ATOMIC_ACQUIRE);
+    uint64_t limit = (uint64_t)(ucs_ummunotify_config.seccomp_timeout * 1e9);
+    unsigned head, tail;
+
+    if ((since == 0) || (ucs_seccomp_now_ns() - since < limit)) {
+        if (ucs_seccomp.degraded && (since == 0)) {
+            ucs_seccomp.degraded = 0;
+        }
+        return 0;
+    }
+
+    if (!ucs_seccomp.degraded) {
+        ucs_seccomp.degraded = 1;
+        ucs_seccomp_stat_add(&ucs_seccomp.stats.timeouts, 1);
+        /* no allocation: the log path formats on the stack */
+        ucs_error("notifier seccomp: an invalidation callback has run for "
+                  "more than %.1f s (UCX_REMAPRING_SECCOMP_TIMEOUT); "
+                  "letting unmaps proceed without reporting them until it "
+                  "returns: registration caches may go stale",
+                  ucs_ummunotify_config.seccomp_timeout);
+    }
+
+    head = __atomic_load_n(&ucs_seccomp.qhead, __ATOMIC_ACQUIRE);
+    tail = ucs_seccomp.qtail;
+    for (; head != tail; ++head) {
+        ucs_seccomp_reader_continue(
+                ucs_seccomp.queue[head % UCS_SECCOMP_QUEUE_LEN].id);
+    }
+    return 1;
+}
+
+/* Keep the range of a call of the dispatcher itself, for the dispatcher
+ * to report after its current report. No allocation here. */
+static void ucs_seccomp_reader_own(const struct seccomp_notif *notif)
+{
+    ucs_ummunotify_range_t r[2];
+    ucs_ummunotify_event_type_t type;
+    ucs_seccomp_call_t call;
+    unsigned n, i, own;
+
+    call.nr = notif->data.nr;
+    memcpy(call.args, notif->data.args, sizeof(call.args));
+    n = ucs_seccomp_ranges(&call, 0, r, &type);
+    ucs_seccomp_stat_add(&ucs_seccomp.stats.own, 1);
+    for (i = 0; i < n; ++i) {
+        own = __atomic_load_n(&ucs_seccomp.own_tail, __ATOMIC_ACQUIRE);
+        if (own >= UCS_SECCOMP_OWN_LEN) {
+            __atomic_fetch_add(&ucs_seccomp.own_lost, 1, __ATOMIC_RELAXED);
+            return;
+        }
+        ucs_seccomp.own[own] = r[i];
+        __atomic_store_n(&ucs_seccomp.own_tail, own + 1, __ATOMIC_RELEASE);
+    }
+}
+
+static void *ucs_seccomp_reader_main(void *arg)
+{
+    union {
+        struct seccomp_notif notif;
+        char                buf[512];
+    } u;
+    struct pollfd pfd;
+    unsigned tail;
+    ucs_seccomp_call_t *call;
+    int ret;
+
+    if (!ucs_seccomp_wait_go()) {
+        return NULL;
+    }
+
+    pfd.fd     = ucs_seccomp.listener;
+    pfd.events = POLLIN;
+    for (;;) {
+        ret = poll(&pfd, 1, UCS_SECCOMP_TICK_MS);
+        if (ret == 0) {
+            ucs_seccomp_check_stuck();
+            continue;
+        } else if (ret < 0) {
+            continue; /* EINTR */
+        }
+
+        memset(&u, 0, ucs_seccomp.sizes.seccomp_notif);
+        if (ioctl(ucs_seccomp.listener, SECCOMP_IOCTL_NOTIF_RECV, &u) < 0) {
+            continue; /* ENOENT: the caller went away; EINTR */
+        }
+        ucs_seccomp_stat_add(&ucs_seccomp.stats.calls, 1);
+
+        if ((pid_t)u.notif.pid ==
+            __atomic_load_n(&ucs_seccomp.dispatcher_tid, __ATOMIC_ACQUIRE)) {
+            /* the dispatcher's own call: through at once, reported after */
+            ucs_seccomp_reader_own(&u.notif);
+            ucs_seccomp_reader_continue(u.notif.id);
+            continue;
+        }
+
+        if (syscall(SYS_tgkill, ucs_seccomp.tgid, (pid_t)u.notif.pid, 0) <
+            0) {
+            /* not a thread of this process: a fork() child or a program it
+             * exec()'d, which share the filter but not our memory */
+            ucs_seccomp_stat_add(&ucs_seccomp.stats.foreign, 1);
+            ucs_seccomp_reader_continue(u.notif.id);
+            continue;
+        }
+
+        if (ucs_seccomp_check_stuck()) {
+            ucs_seccomp_stat_add(&ucs_seccomp.stats.unreported, 1);
+            ucs_seccomp_reader_continue(u.notif.id);
+            continue;
+        }
+
+        /* queue it; a full queue (more waiting threads than slots) waits */
+        tail = ucs_seccomp.qtail;
+        while (tail - __atomic_load_n(&ucs_seccomp.qhead, __ATOMIC_ACQUIRE) >=
+               UCS_SECCOMP_QUEUE_LEN) {
+            usleep(100);
+        }
+        call       = &ucs_seccomp.queue[tail % UCS_SECCOMP_QUEUE_LEN];
+        call->id   = u.notif.id;
+        call->pid  = u.notif.pid;
+        call->nr   = u.notif.data.nr;
+        memcpy(call->args, u.notif.data.args, sizeof(call->args));
+        __atomic_store_n(&ucs_seccomp.qtail, tail + 1, __ATOMIC_RELEASE);
+        __atomic_fetch_add(&ucs_seccomp.qwake, 1, __ATOMIC_RELEASE);
+        ucs_seccomp_futex_wake(&ucs_seccomp.qwake);
+    }
+
+    return NULL;
+}
+
+/* --------------------------------------------------- ranges of one call */
+
+/* Size of the mapping that starts at addr, from /proc/self/maps (shmdt). */
+static size_t ucs_seccomp_mapping_size(uintptr_t addr)
+{
+    unsigned long start, end;
+    char line[256];
+    size_t size = 0;
+    FILE *maps;
+
+    maps = fopen("/proc/self/maps", "r");
+    if (maps == NULL) {
+        return 0;
+    }
+    while (fgets(line, sizeof(line), maps) != NULL) {
+        if ((sscanf(line, "%lx-%lx", &start, &end) == 2) &&
+            (start == addr)) {
+            size = end - start;
+            break;
+        }
+        /* a long path name: skip the rest of the line */
+        while ((strchr(line, '\n') == NULL) &&
+               (fgets(line, sizeof(line), maps) != NULL)) {
+        }
+    }
+    fclose(maps);
+    return size;
+}
+
+static unsigned ucs_seccomp_ranges(const ucs_seccomp_call_t *call,
+                                   int may_allocate, ucs_ummunotify_range_t *r,
+                                   ucs_ummunotify_event_type_t *type)
+{
+    const uint64_t *a = call->args;
+    struct shmid_ds ds;
+    uintptr_t cur;
+
+    *type = UCS_UMMUNOTIFY_EVENT_UNMAP;
+    switch (call->nr) {
+    case SYS_munmap:
+    case SYS_mmap: /* MAP_FIXED over what is there */
+        r[0].start = a[0];
+        r[0].end   = a[0] + a[1];
+        return 1;
+    case SYS_madvise:
+        *type      = UCS_UMMUNOTIFY_EVENT_REMOVE;
+        r[0].start = a[0];
+        r[0].end   = a[0] + a[1];
+        return 1;
+    case SYS_mremap: /* (old, old_size, new_size, flags, new_addr) */
+        *type      = UCS_UMMUNOTIFY_EVENT_REMAP;
+        r[0].start = a[0];
+        r[0].end   = a[0] + a[1]; /* old_size 0: duplicates, takes none */
+        if (a[3] & MREMAP_FIXED) {
+            r[1].start = a[4];
+            r[1].end   = a[4] + a[2];
+            return 2;
+        }
+        return 1;
+    case SYS_shmdt:
+        if (!may_allocate) {
+            /* the dispatcher detaching a segment: never happens in UCX's
+             * callbacks; counted, not sized */
+            ucs_seccomp_stat_add(&ucs_seccomp.stats.unreported, 1);
+            return 0;
+        }
+        r[0].start = a[0];
+        r[0].end   = a[0] + ucs_seccomp_mapping_size(a[0]);
+        return 1;
+    case SYS_shmat: /* SHM_REMAP over what is there */
+        if (shmctl((int)a[0], IPC_STAT, &ds) < 0) {
+            return 0; /* the call will fail the same way */
+        }
+        r[0].start = a[1];
+        r[0].end   = a[1] + ds.shm_segsz;
+        return 1;
+    case SYS_brk:
+        cur = (uintptr_t)syscall(SYS_brk, 0);
+        if (a[0] >= cur) {
+            return 0; /* growing */
+        }
+        r[0].start = a[0];
+        r[0].end   = cur;
+        return 1;
+    default:
+        return 0;
+    }
+}
+
+/* ------------------------------------------------------------- the guard */
+
+/*
+ * Runs in a process cloned before the filter exists: only system calls,
+ * nothing that may hold a lock another thread of the parent held.
+ */
+static UCS_F_NOINLINE void ucs_seccomp_guard_main(int sock)
+{
+    struct seccomp_notif_resp resp;
+    char cbuf[CMSG_SPACE(sizeof(int))];
+    struct pollfd pfd;
+    struct msghdr msg;
+    struct iovec iov;
+    char byte, nbuf[512];
+    int listener = -1;
+    ssize_t ret;
+
+    memset(&msg, 0, sizeof(msg));
+    iov.iov_base       = &byte;
+    iov.iov_len        = 1;
+    msg.msg_iov        = &iov;
+    msg.msg_iovlen     = 1;
+    msg.msg_control    = cbuf;
+    msg.msg_controllen = sizeof(cbuf);
+    if ((recvmsg(sock, &msg, MSG_CMSG_CLOEXEC) <= 0) ||
+        (CMSG_FIRSTHDR(&msg) == NULL)) {
+        syscall(SYS_exit_group, 0); /* the filter was not installed */
+    }
+    memcpy(&listener, CMSG_DATA(CMSG_FIRSTHDR(&msg)), sizeof(int));
+
+    /* wait until the socket closes: exit or execve() of the parent, or
+     * the parent's fork() children exiting or exec()ing */
+    pfd.fd     = sock;
+    pfd.events = POLLIN;
+    for (;;) {
+        ret = read(sock, &byte, 1);
+        if ((ret == 0) || ((ret < 0) && (errno != EINTR))) {
+            break;
+        }
+    }
+
+    pfd.fd = listener;
+    for (;;) {
+        if (poll(&pfd, 1, -1) < 0) {
+            continue;
+        }
+        if (pfd.revents & (POLLHUP | POLLERR | POLLNVAL)) {
+            syscall(SYS_exit_group, 0); /* nobody uses the filter */
+        }
+        memset(nbuf, 0, sizeof(nbuf));
+        if (ioctl(listener, SECCOMP_IOCTL_NOTIF_RECV, nbuf) < 0) {
+            continue;
+        }
+        memset(&resp, 0, sizeof(resp));
+        resp.id    = ((struct seccomp_notif*)nbuf)->id;
+        resp.flags = SECCOMP_USER_NOTIF_FLAG_CONTINUE;
+        (void)ioctl(listener, SECCOMP_IOCTL_NOTIF_SEND, &resp);
+    }
+}
+
+static ucs_status_t ucs_seccomp_guard_start(int *sock_p)
+{
+    int sv[2];
+    long pid;
+
+    if (socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sv) < 0) {
+        snprintf(ucs_seccomp.why, sizeof(ucs_seccomp.why),
+                 "socketpair() for the guard failed: %m");
+        return UCS_ERR_IO_ERROR;
+    }
+
+    /* a plain clone: no fork handlers run (ours take locks), and with no
+     * exit signal it is a "clone child" that wait() and waitpid(-1) do not
+     * see, so it does not disturb the application's children */
+    pid = syscall(SYS_clone, 0, NULL, NULL, NULL, NULL);
+    if (pid < 0) {
+        snprintf(ucs_seccomp.why, sizeof(ucs_seccomp.why),
+                 "clone() of the guard failed: %m");
+        close(sv[0]);
+        close(sv[1]);
+        return UCS_ERR_IO_ERROR;
+    } else if (pid == 0) {
+        close(sv[0]);
+        ucs_seccomp_guard_main(sv[1]);
+        syscall(SYS_exit_group, 0);
+    }
+
+    close(sv[1]);
+    ucs_seccomp.guard = (pid_t)pid;
+    *sock_p           = sv[0];
+    return UCS_OK;
+}
+
+static void ucs_seccomp_guard_send(int sock, int listener)
+{
+    char cbuf[CMSG_SPACE(sizeof(int))];
+    struct cmsghdr *cmsg;
+    struct msghdr msg;
+    struct iovec iov;
+    char byte = 0;
+
+    memset(&msg, 0, sizeof(msg));
+    memset(cbuf, 0, sizeof(cbuf));
+    iov.iov_base       = &byte;
+    iov.iov_len        = 1;
+    msg.msg_iov        = &iov;
+    msg.msg_iovlen     = 1;
+    msg.msg_control    = cbuf;
+    msg.msg_controllen = sizeof(cbuf);
+    cmsg               = CMSG_FIRSTHDR(&msg);
+    cmsg->cmsg_level   = SOL_SOCKET;
+    cmsg->cmsg_type    = SCM_RIGHTS;
+    cmsg->cmsg_len     = CMSG_LEN(sizeof(int));
+    memcpy(CMSG_DATA(cmsg), &listener, sizeof(int));
+    if (sendmsg(sock, &msg, MSG_NOSIGNAL) < 0) {
+        ucs_warn("notifier seccomp: cannot hand the listener to the guard: "
+                 "%m; programs this process exec()s after it exits may get "
+                 "ENOSYS from munmap()");
+    }
+}
+
+/* ----------------------------------------------------------------- start */
+
+/* Whether starting is safe without being asked: the process may already
+ * hold no_new_privs, or may install filters without it. */
+static int ucs_seccomp_privileged(void)
+{
+    struct __user_cap_header_struct {
+        uint32_t version;
+        int      pid;
+    } hdr = {0x20080522, 0};
+    struct {
+        uint32_t effective, permitted, inheritable;
+    } data[2];
+
+    if (prctl(PR_GET_NO_NEW_PRIVS, 0, 0, 0, 0) == 1) {
+        return 1;
+    }
+    if (syscall(SYS_capget, &hdr, data) < 0) {
+        return 0;
+    }
+    return !!(data[0].effective & (1u << 21)); /* CAP_SYS_ADMIN */
+}
+
+int ucs_ummunotify_seccomp_hooks_off(void)
+{
+    const char *mode = getenv("UCX_MEM_MMAP_HOOK_MODE");
+
+    return (mode != NULL) && !strcasecmp(mode, "none");
+}
+
+static ucs_status_t ucs_seccomp_install(void)
+{
+    struct sock_fprog prog;
+    unsigned long flags;
+    int fd;
+
+    prog.len    = sizeof(ucs_seccomp_program) / sizeof(ucs_seccomp_program[0]);
+    prog.filter = ucs_seccomp_program;
+
+    if (!ucs_seccomp_privileged() &&
+        (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) < 0)) {
+        snprintf(ucs_seccomp.why, sizeof(ucs_seccomp.why),
+                 "prctl(PR_SET_NO_NEW_PRIVS) failed: %m");
+        return UCS_ERR_UNSUPPORTED;
+    }
+
+    flags = SECCOMP_FILTER_FLAG_NEW_LISTENER | SECCOMP_FILTER_FLAG_TSYNC |
+            SECCOMP_FILTER_FLAG_TSYNC_ESRCH |
+            SECCOMP_FILTER_FLAG_WAIT_KILLABLE_RECV;
+    fd    = (int)syscall(SYS_seccomp, SECCOMP_SET_MODE_FILTER, flags, &prog);
+    if ((fd < 0) && (errno == EINVAL)) {
+        /* before Linux 5.19: a signal may interrupt a waiting call, which
+         * the kernel then restarts */
+        flags &= ~SECCOMP_FILTER_FLAG_WAIT_KILLABLE_RECV;
+        fd     = (int)syscall(SYS_seccomp, SECCOMP_SET_MODE_FILTER, flags,
+                              &prog);
+    }
+    if (fd < 0) {
+        ucs_seccomp.inherited = (errno == EBUSY);
+        snprintf(ucs_seccomp.why, sizeof(ucs_seccomp.why),
+                 "seccomp(SET_MODE_FILTER, NEW_LISTENER|TSYNC) failed: %m%s",
+                 (errno == EBUSY) ? " (a filter with a listener exists "
+                                    "already: inherited from a parent that "
+                                    "runs this source?)" :
+                 (errno == EINVAL) ? " (kernel older than 5.7?)" : "");
+        return UCS_ERR_UNSUPPORTED;
+    }
+
+    ucs_seccomp.listener = fd;
+    return UCS_OK;
+}
+
+static ucs_status_t ucs_seccomp_start_threads(void)
+{
+    pthread_attr_t attr;
+    int ret;
+
+    pthread_attr_init(&attr);
+    pthread_attr_setstacksize(&attr, 256 * 1024);
+    ret = pthread_create(&ucs_seccomp.reader, &attr, ucs_seccomp_reader_main,
+                         NULL);
+    if (ret == 0) {
+        ret = pthread_create(&ucs_seccomp.dispatcher, &attr,
+                             ucs_seccomp_dispatcher_main, NULL);
+        if (ret != 0) {
+            ucs_seccomp_set_go(-1);
+            pthread_join(ucs_seccomp.reader, NULL);
+        }
+    }
+    pthread_attr_destroy(&attr);
+    if (ret != 0) {
+        snprintf(ucs_seccomp.why, sizeof(ucs_seccomp.why),
+                 "pthread_create() failed: %s", strerror(ret));
+        return UCS_ERR_NO_RESOURCE;
+    }
+
+    pthread_setname_np(ucs_seccomp.reader, "rmr-seccomp-rd");
+    pthread_setname_np(ucs_seccomp.dispatcher, "rmr-seccomp");
+    while (__atomic_load_n(&ucs_seccomp.dispatcher_tid, __ATOMIC_ACQUIRE) ==
+           0) {
+        sched_yield();
+    }
+    return UCS_OK;
+}
+
+/* Start the source (once). */
+static void ucs_seccomp_start_source(void)
+{
+    ucs_ummunotify_engine_t want = ucs_ummunotify_config.engine;
+    ucs_status_t status;
+    int sock;
+
+    ucs_seccomp.tgid = getpid();
+    if (syscall(SYS_seccomp, SECCOMP_GET_NOTIF_SIZES, 0, &ucs_seccomp.sizes) <
+        0) {
+        snprintf(ucs_seccomp.why, sizeof(ucs_seccomp.why),
+                 "seccomp(GET_NOTIF_SIZES) failed: %m (kernel older than "
+                 "5.0, or seccomp disabled)");
+        goto failed;
+    }
+    if (ucs_seccomp.sizes.seccomp_notif > 512) {
+        snprintf(ucs_seccomp.why, sizeof(ucs_seccomp.why),
+                 "the kernel's notification is %u bytes, more than 512",
+                 ucs_seccomp.sizes.seccomp_notif);
+        goto failed;
+    }
+
+    /* threads and guard first: once the filter is there, whoever unmaps
+     * waits for the reader */
+    if (ucs_seccomp_start_threads() != UCS_OK) {
+        goto failed;
+    }
+    if (ucs_seccomp_guard_start(&sock) != UCS_OK) {
+        goto failed_threads;
+    }
+
+    status = ucs_seccomp_install();
+    if (status != UCS_OK) {
+        close(sock); /* the guard exits: reap it */
+        waitpid(ucs_seccomp.guard, NULL, __WCLONE);
+        goto failed_threads;
+    }
+
+    ucs_seccomp_guard_send(sock, ucs_seccomp.listener);
+    ucs_seccomp.guard_sock = sock;
+    ucs_seccomp_set_go(1);
+
+    /* before any UCS cache subscribes: they install no hooks for it */
+    ucm_set_external_event(UCM_EVENT_VM_UNMAPPED);
+    __atomic_store_n(&ucs_seccomp.state, 1, __ATOMIC_RELEASE);
+    snprintf(ucs_seccomp.why, sizeof(ucs_seccomp.why),
+             "seccomp user notification on munmap, mremap, madvise, "
+             "mmap/shmat over, shmdt, brk (guard pid %d)", ucs_seccomp.guard);
+    ucs_info("notifier: seccomp source started: %s; UCM_EVENT_VM_UNMAPPED "
+             "is external", ucs_seccomp.why);
+    return;
+
+failed_threads:
+    /* the threads wait for 'go'; with no listener they must not run */
+    ucs_seccomp_set_go(-1);
+    pthread_join(ucs_seccomp.reader, NULL);
+    pthread_join(ucs_seccomp.dispatcher, NULL);
+failed:
+    ucs_seccomp.state = -1;
+    if (ucs_seccomp.inherited) {
+        /* a program exec()'d by a process that runs the source, or its
+         * fork() child: expected, said once at diag level */
+        ucs_diag("notifier: seccomp source not started: %s",
+                 ucs_seccomp.why);
+    } else if (want == UCS_UMMUNOTIFY_ENGINE_SECCOMP) {
+        ucs_error("notifier engine seccomp requested "
+                  "(UCX_REMAPRING_NOTIFIER=seccomp) but unavailable: %s",
+                  ucs_seccomp.why);
+    } else {
+        ucs_diag("notifier: UCM's mmap hooks are off, but the seccomp "
+                 "source is unavailable: %s", ucs_seccomp.why);
+    }
+}
+
+/*
+ * When it starts. The source must run before the first UCS cache
+ * subscribes to UCM_EVENT_VM_UNMAPPED, and a process that never uses a
+ * cache (an MPI launcher, a shell, with the same environment) should not
+ * get a filter at all: its children would inherit it, and a process can
+ * have only one listener, so the ranks could not start their own. So this
+ * library defines ucm_set_event_handler(): where that definition is the
+ * one the process uses (the module preloaded, or linked into the program)
+ * the source starts in the first call that asks for VM_UNMAPPED, then the
+ * call goes on to UCM's. Where it is not (the module dlopen()ed by UCX's
+ * own loader, RTLD_LOCAL), the source starts when the library is loaded,
+ * which is before UCX opens any memory domain.
+ */
+static pthread_mutex_t ucs_seccomp_start_lock = PTHREAD_MUTEX_INITIALIZER;
+static int             ucs_seccomp_wanted;
+
+typedef ucs_status_t (*ucs_seccomp_set_handler_t)(int, int,
+                                                  ucm_event_callback_t,
+                                                  void*);
+
+static void ucs_seccomp_start_once(void)
+{
+    pthread_mutex_lock(&ucs_seccomp_start_lock);
+    if (ucs_seccomp_wanted && (ucs_seccomp.state == 0)) {
+        ucs_seccomp_start_source();
+    }
+    pthread_mutex_unlock(&ucs_seccomp_start_lock);
+}
+
+__attribute__((visibility("default"))) ucs_status_t
+ucm_set_event_handler(int events, int priority, ucm_event_callback_t cb,
+                      void *arg)
+{
+    static ucs_seccomp_set_handler_t real;
+
+    if (real == NULL) {
+        real = (ucs_seccomp_set_handler_t)dlsym(RTLD_NEXT,
+                                                "ucm_set_event_handler");
+        if (real == NULL) {
+            return UCS_ERR_UNSUPPORTED;
+        }
+    }
+    if ((events & UCM_EVENT_VM_UNMAPPED) && ucs_seccomp_wanted) {
+        ucs_seccomp_start_once();
+    }
+    return real(events, priority, cb, arg);
+}
+
+void ucs_ummunotify_seccomp_init(void)
+{
+    ucs_ummunotify_engine_t want = ucs_ummunotify_config.engine;
+
+    if (want == UCS_UMMUNOTIFY_ENGINE_AUTO) {
+        /* only where UCX's caches would otherwise go stale, and without
+         * changing what the process may do (no_new_privs) */
+        if (!ucs_ummunotify_seccomp_hooks_off() ||
+            !ucs_seccomp_privileged()) {
+            return;
+        }
+    } else if (want != UCS_UMMUNOTIFY_ENGINE_SECCOMP) {
+        return;
+    }
+
+    ucs_seccomp_wanted = 1;
+    if (dlsym(RTLD_DEFAULT, "ucm_set_event_handler") !=
+        (void*)ucm_set_event_handler) {
+        ucs_seccomp_start_once();
+    }
+}
+
+void ucs_ummunotify_seccomp_start(void)
+{
+    ucs_seccomp_start_once();
+}
+
+int ucs_ummunotify_seccomp_wanted(void)
+{
+    return ucs_seccomp_wanted;
+}
+
+int ucs_ummunotify_seccomp_running(void)
+{
+    return __atomic_load_n(&ucs_seccomp.state, __ATOMIC_ACQUIRE) == 1;
+}
+
+void ucs_ummunotify_seccomp_get_stats(ucs_ummunotify_seccomp_stats_t *stats)
+{
+    stats->calls      = __atomic_load_n(&ucs_seccomp.stats.calls,
+                                        __ATOMIC_RELAXED);
+    stats->reported   = __atomic_load_n(&ucs_seccomp.stats.reported,
+                                        __ATOMIC_RELAXED);
+    stats->own        = __atomic_load_n(&ucs_seccomp.stats.own,
+                                        __ATOMIC_RELAXED);
+    stats->foreign    = __atomic_load_n(&ucs_seccomp.stats.foreign,
+                                        __ATOMIC_RELAXED);
+    stats->unreported = __atomic_load_n(&ucs_seccomp.stats.unreported,
+                                        __ATOMIC_RELAXED);
+    stats->timeouts   = __atomic_load_n(&ucs_seccomp.stats.timeouts,
+                                        __ATOMIC_RELAXED);
+    stats->abandoned  = __atomic_load_n(&ucs_seccomp.stats.abandoned,
+                                        __ATOMIC_RELAXED);
+}
+
+/* ------------------------------------------------------- engine for core */
+
+static ucs_status_t ucs_seccomp_start(char *why, size_t max)
+{
+    snprintf(why, max, "%s", ucs_seccomp.why[0] ? ucs_seccomp.why :
+                             "not started when the library was loaded");
+    return ucs_ummunotify_seccomp_running() ? UCS_OK : UCS_ERR_UNSUPPORTED;
+}
+
+static void ucs_seccomp_stop(void)
+{
+    /* the source runs until the process exits: calls made after a stop
+     * would otherwise wait for nobody */
+}
+
+static ucs_status_t ucs_seccomp_subscribe(uintptr_t start, uintptr_t end)
+{
+    return UCS_OK; /* every call of the process is seen */
+}
+
+static void ucs_seccomp_unsubscribe(uintptr_t start, uintptr_t end)
+{
+}
+
+static int ucs_seccomp_fork_child(void)
+{
+    /* no reader here, and a listener cannot be installed again (EBUSY):
+     * the child's calls are let through by the parent's reader, or by the
+     * guard once the parent is gone - which needs these closed */
+    if (ucs_seccomp.listener >= 0) {
+        close(ucs_seccomp.listener);
+        ucs_seccomp.listener = -1;
+    }
+    if (ucs_seccomp.guard_sock >= 0) {
+        close(ucs_seccomp.guard_sock);
+        ucs_seccomp.guard_sock = -1;
+    }
+    ucs_seccomp.state = -1;
+    snprintf(ucs_seccomp.why, sizeof(ucs_seccomp.why),
+             "a fork() child cannot have its own listener (the parent's "
+             "filter is inherited)");
+    return 0;
+}
+
+/* fork() children of a process whose notifier core never started still
+ * must close the copies */
+void ucs_ummunotify_seccomp_atfork_child(void)
+{
+    if (ucs_seccomp.state == 1) {
+        (void)ucs_seccomp_fork_child();
+    }
+}
+
+const ucs_ummunotify_ops_t ucs_ummunotify_seccomp_ops = {
+    .name        = "seccomp",
+    .type        = UCS_UMMUNOTIFY_ENGINE_SECCOMP,
+    .start       = ucs_seccomp_start,
+    .stop        = ucs_seccomp_stop,
+    .subscribe   = ucs_seccomp_subscribe,
+    .unsubscribe = ucs_seccomp_unsubscribe,
+    .fork_child  = ucs_seccomp_fork_child
+};
