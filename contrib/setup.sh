@@ -16,6 +16,8 @@ packages=(
     libucx-dev ucx-utils libibverbs-dev librdmacm-dev rdma-core
     # tests
     libgtest-dev cmake python3 iproute2 valgrind
+    # the seccomp notifier's checks under other allocators
+    libjemalloc2 libtcmalloc-minimal4
     # contrib/bench/bench.sh: its plots
     python3-matplotlib
     # MPI end to end

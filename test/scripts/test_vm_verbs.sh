@@ -11,6 +11,8 @@
 #           ucp_hold (test/apps/ucp_hold.c); ucp_remap (test/apps/
 #           ucp_remap.c: a registered buffer unmapped and new memory mapped
 #           at its address, the next transfer reads the new memory); the
+#           same over rc_verbs with UCM's hooks off, UCX's own IB cache
+#           stale without the seccomp notifier and never with it; the
 #           RDMA cases of test/gtest/ucp/test_ucp_rules.cc (AM alignment,
 #           the status of every operation after a failure); then,
 #           in the same boot, UCX's UCT suites (contrib/ucx-gtest.sh's
@@ -50,6 +52,11 @@ done
 rules=$REMAPRING_BUILDDIR/test/gtest/gtest_ucp_rules
 [ -x "$rules" ] || fail "no $rules: build the suites first (make check)"
 strip -o "$tmp/apps/gtest_ucp_rules" "$rules" || fail "strip $rules"
+# the allocators the seccomp notifier's stale-read check runs under
+for lib in libjemalloc.so.2 libtcmalloc_minimal.so.4; do
+    cp -L "/usr/lib/$(gcc -print-multiarch)/$lib" "$tmp/apps/" ||
+        fail "no $lib: contrib/setup.sh installs it"
+done
 apps=(-a "$tmp/apps:/payload/apps")
 # the ping-pong, built here against the host's MPIs, for the pairs
 if command -v mpicc.mpich >/dev/null; then

@@ -35,6 +35,9 @@
 #   ucp_remap: a buffer sent by rendezvous (RDMA READ from its
 #   registration), unmapped, new memory mapped at its address (mmap
 #   MAP_FIXED, mremap): each round's receiver sees the new memory
+#   ucp_remap over rc_verbs with UCM's hooks off (odp, one guest): UCX's
+#   own IB registration cache goes stale without the seccomp source and
+#   never with it (stale_read below)
 #   gtest_ucp_rules (APPS, one guest): its RDMA cases, on rxe0:1 looped
 #   back: a worker with AM alignment, every operation after a failure
 #
@@ -239,6 +242,84 @@ killed() {
     fi
 }
 
+# UCX's own caches without UCM's hooks. ucp_remap over rc_verbs alone (the
+# workers connected through a listener, rdma_cm: rc_verbs would otherwise
+# want ud_verbs to wire up, which times out on rxe looped back), UCX's own
+# IB memory domain and its registration cache (and UCP's): the memory under
+# a registered buffer is replaced between rounds, each way a program can.
+# First as before the seccomp source, which must show the corruption or the
+# test proves nothing:
+#  - hooks off (UCX_MEM_MALLOC_HOOKS=n, UCX_MEM_MMAP_HOOK_MODE=none),
+#    UCM_EVENT_VM_UNMAPPED declared external for the uffd engine
+#    (UCX_REMAPRING_NOTIFIER=uffd UCX_REMAPRING_UCM_EXTERNAL=y), which
+#    reports only what remapring registered;
+#  - UCX's defaults (UCM's hooks), the buffer unmapped by a raw system call,
+#    as Go's runtime or a static binary does;
+# both: the IB cache goes stale, the receiver reads an earlier round's
+# pages. Then with UCX_REMAPRING_NOTIFIER=seccomp, hooks off: every round
+# reads its own bytes, for every method, and for malloc()/free() under
+# glibc (a fixed mmap threshold: the dynamic one keeps large blocks in the
+# heap), jemalloc and tcmalloc (returning freed memory at once); and the
+# raw system call with the hooks on.
+stale_read() {
+    local base=(env LD_PRELOAD="$module" UCX_NET_DEVICES=rxe0:1
+                UCX_SHM_DEVICES= UCX_TLS=rc_verbs,self
+                UCX_RNDV_SCHEME=get_zcopy UCX_RNDV_THRESH=16k)
+    local off=(UCX_MEM_MALLOC_HOOKS=n UCX_MEM_MMAP_HOOK_MODE=none)
+    local uffd=(UCX_REMAPRING_NOTIFIER=uffd UCX_REMAPRING_UCM_EXTERNAL=y)
+    local remap=("$apps/ucp_remap" -a "$VM_IP")
+    local how m alloc alloc_env st line before after
+
+    vm_note "UCX's rc_verbs caches: before (uffd, hooks off) and with seccomp"
+    for how in munmap rawunmap fixed mremap dontneed shm malloc:glibc \
+               malloc:jemalloc malloc:tcmalloc rawunmap:hooks; do
+        m=${how%%:*} alloc=${how#*:} alloc_env=()
+        case $alloc in
+        glibc) alloc_env=(MALLOC_MMAP_THRESHOLD_=524288) ;;
+        jemalloc) alloc_env=(LD_PRELOAD="$apps/libjemalloc.so.2:$module"
+                             MALLOC_CONF=dirty_decay_ms:0,muzzy_decay_ms:0) ;;
+        tcmalloc) alloc_env=(LD_PRELOAD="$apps/libtcmalloc_minimal.so.4:$module"
+                             TCMALLOC_AGGRESSIVE_DECOMMIT=t) ;;
+        esac
+        # before: hooks off and uffd reporting only its own ranges, or (for
+        # the raw system call) UCX's defaults
+        if [ "$alloc" = hooks ]; then
+            "${base[@]}" timeout 120 "${remap[@]}" -m $m -r 4 > /tmp/stale 2>&1
+        else
+            "${base[@]}" "${off[@]}" "${uffd[@]}" "${alloc_env[@]}" \
+                timeout 120 "${remap[@]}" -m $m -r 4 > /tmp/stale 2>&1
+        fi
+        before=$(grep -E '^(PASS|FAIL)' /tmp/stale)
+        # with the seccomp source
+        if [ "$alloc" = hooks ]; then
+            "${base[@]}" UCX_REMAPRING_NOTIFIER=seccomp timeout 120 \
+                "${remap[@]}" -m $m -r 6 > /tmp/stale 2>&1
+        else
+            "${base[@]}" "${off[@]}" UCX_REMAPRING_NOTIFIER=seccomp \
+                "${alloc_env[@]}" timeout 120 "${remap[@]}" -m $m -r 6 \
+                > /tmp/stale 2>&1
+        fi
+        st=$?
+        after=$(grep -E '^(PASS|FAIL)' /tmp/stale)
+        printf '   %-16s before: %s\n   %-16s seccomp: %s\n' "$how" \
+            "${before:-no result}" "" "${after:-status $st}"
+        case $before in
+        *" 0 stale"*|"")
+            case $alloc in
+            jemalloc|tcmalloc) echo "      (before: the allocator kept" \
+                                    "the pages, nothing to go stale)" ;;
+            *) bad "$how: no stale read before: the test shows nothing" ;;
+            esac ;;
+        esac
+        if [ $st -eq 0 ] && [[ $after == *" 0 untested"* ]]; then
+            check "$how: with seccomp every round read its own bytes"
+        else
+            tail -5 /tmp/stale | sed 's/^/      /'
+            bad "seccomp, $how: status $st"
+        fi
+    done
+}
+
 if [ "$where" = one ]; then
     killed
     vm_note "memory of one connection, remapring and rc_verbs"
@@ -264,6 +345,8 @@ if [ -n "$apps" ] && [ "$where" = one ]; then
     [ $st -eq 0 ] && grep -q '^PASS' /tmp/remap &&
         check "ucp_remap: every round read the new memory" ||
         bad "ucp_remap: status $st"
+
+    stale_read
 
     # the transport is linked into the suite: nothing preloaded
     vm_note "what UCP expects of a transport, on rxe0:1 (gtest_ucp_rules)"
