@@ -11,6 +11,7 @@
 #include <ucm/api/ucm.h>
 #include <ucs/debug/log_def.h>
 #include <ucs/sys/compiler_def.h>
+#include <ucs/sys/math.h>
 
 #include <dlfcn.h>
 #include <errno.h>
@@ -61,8 +62,10 @@
  *    once. Everything else is queued for the dispatcher.
  *  - the dispatcher reports, then lets the call through.
  *  If a report runs longer than UCX_REMAPRING_SECCOMP_TIMEOUT, the reader
- *  lets the waiting calls through without it and says so in one error line:
- *  a thread is never blocked forever by a stuck callback.
+ *  lets the waiting calls through without it and says so in one line on
+ *  stderr (written raw: the reader must not allocate, and the log might),
+ *  the dispatcher in an error line when the callback returns: a thread is
+ *  never blocked forever by a stuck callback.
  *
  * The guard: a process forked before the filter exists (so it is not
  * filtered itself) holds a copy of the listener. While this process lives
@@ -119,6 +122,7 @@ static struct {
     pthread_t               dispatcher;
     pid_t                   dispatcher_tid;
     volatile int            go;    /* futex: threads may start */
+    int                     ready; /* threads past their own start-up */
 
     /* reader -> dispatcher */
     ucs_seccomp_call_t      queue[UCS_SECCOMP_QUEUE_LEN];
@@ -164,11 +168,14 @@ static void ucs_seccomp_futex_wake(volatile int *word)
     syscall(SYS_futex, word, FUTEX_WAKE_PRIVATE, INT32_MAX, NULL, NULL, 0);
 }
 
-/* Threads wait until the filter is installed (go 1) or was not (-1). */
+/* Threads say they are ready - past their start-up, which under a
+ * sanitizer maps memory at fixed addresses: the filter must not exist
+ * yet - then wait until the filter is installed (go 1) or was not (-1). */
 static int ucs_seccomp_wait_go(void)
 {
     int go;
 
+    __atomic_fetch_add(&ucs_seccomp.ready, 1, __ATOMIC_RELEASE);
     while ((go = __atomic_load_n(&ucs_seccomp.go, __ATOMIC_ACQUIRE)) == 0) {
         ucs_seccomp_futex_wait(&ucs_seccomp.go, 0, -1);
     }
@@ -308,6 +315,7 @@ static void *ucs_seccomp_dispatcher_main(void *arg)
     ucs_ummunotify_event_type_t type;
     ucs_seccomp_call_t call;
     unsigned head, n, i;
+    uint64_t took;
     int wake;
 
     __atomic_store_n(&ucs_seccomp.dispatcher_tid, (pid_t)syscall(SYS_gettid),
@@ -332,7 +340,16 @@ static void *ucs_seccomp_dispatcher_main(void *arg)
             ucs_seccomp_report(type, r[i].start, r[i].end);
         }
         ucs_seccomp_report_own();
-        __atomic_store_n(&ucs_seccomp.busy_since_ns, 0, __ATOMIC_RELEASE);
+        took = ucs_seccomp_now_ns() -
+               __atomic_exchange_n(&ucs_seccomp.busy_since_ns, 0,
+                                   __ATOMIC_ACQ_REL);
+        if (took > ucs_ummunotify_config.seccomp_timeout * 1e9) {
+            ucs_error("notifier seccomp: the invalidation callbacks for "
+                      "0x%lx..0x%lx (system call %d of thread %u) ran for "
+                      "%.1f s; the calls that waited meanwhile went through "
+                      "unreported", (n > 0) ? r[0].start : 0,
+                      (n > 0) ? r[0].end : 0, call.nr, call.pid, took / 1e9);
+        }
 
         ucs_seccomp_respond(call.id);
         /* a reader waiting for room polls for it: no wake-up needed */
@@ -363,6 +380,8 @@ static int ucs_seccomp_check_stuck(void)
                                      __ATOMIC_ACQUIRE);
     uint64_t limit = (uint64_t)(ucs_ummunotify_config.seccomp_timeout * 1e9);
     unsigned head, tail;
+    char msg[320];
+    int len;
 
     if ((since == 0) || (ucs_seccomp_now_ns() - since < limit)) {
         if (ucs_seccomp.degraded && (since == 0)) {
@@ -374,12 +393,20 @@ static int ucs_seccomp_check_stuck(void)
     if (!ucs_seccomp.degraded) {
         ucs_seccomp.degraded = 1;
         ucs_seccomp_stat_add(&ucs_seccomp.stats.timeouts, 1);
-        /* no allocation: the log path formats on the stack */
-        ucs_error("notifier seccomp: an invalidation callback has run for "
-                  "more than %.1f s (UCX_REMAPRING_SECCOMP_TIMEOUT); "
-                  "letting unmaps proceed without reporting them until it "
-                  "returns: registration caches may go stale",
-                  ucs_ummunotify_config.seccomp_timeout);
+        /* the reader must not allocate (its own unmap would wait for
+         * itself), and UCS's log may: one raw line now, the dispatcher's
+         * ucs_error() when the callback returns */
+        len = snprintf(msg, sizeof(msg),
+                       "[remapring] notifier seccomp: an invalidation "
+                       "callback has run for more than %u ms "
+                       "(UCX_REMAPRING_SECCOMP_TIMEOUT); letting unmaps "
+                       "proceed without reporting them until it returns: "
+                       "registration caches may go stale\n",
+                       (unsigned)(limit / 1000000));
+        if (len > 0) {
+            (void)!write(STDERR_FILENO, msg, ucs_min((size_t)len,
+                                                     sizeof(msg) - 1));
+        }
     }
 
     head = __atomic_load_n(&ucs_seccomp.qhead, __ATOMIC_ACQUIRE);
@@ -426,6 +453,10 @@ static void *ucs_seccomp_reader_main(void *arg)
     ucs_seccomp_call_t *call;
     int ret;
 
+    /* glibc sets up a thread's allocator cache (and maybe an arena, which
+     * it trims with munmap) at its first malloc: here, before the filter,
+     * not later in a libc call; the reader allocates nothing after */
+    free(malloc(1));
     if (!ucs_seccomp_wait_go()) {
         return NULL;
     }
@@ -797,8 +828,7 @@ static ucs_status_t ucs_seccomp_start_threads(void)
 
     pthread_setname_np(ucs_seccomp.reader, "rmr-seccomp-rd");
     pthread_setname_np(ucs_seccomp.dispatcher, "rmr-seccomp");
-    while (__atomic_load_n(&ucs_seccomp.dispatcher_tid, __ATOMIC_ACQUIRE) ==
-           0) {
+    while (__atomic_load_n(&ucs_seccomp.ready, __ATOMIC_ACQUIRE) < 2) {
         sched_yield();
     }
     return UCS_OK;
