@@ -89,6 +89,9 @@ case "$mode" in
         LDFLAGS="-fsanitize=thread"
     export TSAN_OPTIONS=${TSAN_OPTIONS:-halt_on_error=1:exitcode=66}
     export UCX_MEM_MMAP_HOOK_MODE=none
+    # the hooks are off for TSan's sake: keep the notifier's default
+    # engine what it is elsewhere (auto would pick the seccomp source)
+    export UCX_REMAPRING_NOTIFIER=${UCX_REMAPRING_NOTIFIER:-uffd}
     # without -R: the cases with threads of ours that TSan can follow.
     # race_stress and rcache_nohooks map at fixed addresses, which TSan's
     # own layout refuses ("mmap at bad address")

@@ -7,7 +7,8 @@
  *   none     UCX_MEM_MMAP_HOOK_MODE=none, nothing reported: the baseline
  *   ucm      UCM's hooks (UCX's default), a VM_UNMAPPED handler installed
  *            as UCX's registration caches install theirs
- *   uffd     hooks off, UCX_REMAPRING_UCM_EXTERNAL=y: the userfaultfd
+ *   uffd     hooks off, UCX_REMAPRING_NOTIFIER=uffd,
+ *            UCX_REMAPRING_UCM_EXTERNAL=y: the userfaultfd
  *            monitor, which sees only the ranges it watches; the buffers
  *            are watched (a notifier registration each), as remapring's
  *            own cache watches what it registered

@@ -38,10 +38,11 @@ module=$build/.libs/libuct_remapring.so
 mkdir -p "$out"
 
 off=(UCX_MEM_MALLOC_HOOKS=n UCX_MEM_MMAP_HOOK_MODE=none)
+# (auto would choose the seccomp source with the hooks off, as root)
 declare -A envs=(
-    [none]="${off[*]}"
-    [ucm]=""
-    [uffd]="${off[*]} UCX_REMAPRING_UCM_EXTERNAL=y"
+    [none]="${off[*]} UCX_REMAPRING_NOTIFIER=uffd"
+    [ucm]="UCX_REMAPRING_NOTIFIER=uffd"
+    [uffd]="${off[*]} UCX_REMAPRING_NOTIFIER=uffd UCX_REMAPRING_UCM_EXTERNAL=y"
     [seccomp]="${off[*]} UCX_REMAPRING_NOTIFIER=seccomp"
 )
 sources=(none ucm uffd seccomp)

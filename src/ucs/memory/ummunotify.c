@@ -529,11 +529,15 @@ static ucs_status_t ucs_ummunotify_engine_start(void)
     }
 
     /* the whole-process source, if it runs, sees everything the others
-     * would: it is the engine */
-    if (ucs_ummunotify_seccomp_wanted()) {
+     * would: it is the engine, unless another one was chosen */
+    if (((want == UCS_UMMUNOTIFY_ENGINE_AUTO) ||
+         (want == UCS_UMMUNOTIFY_ENGINE_SECCOMP)) &&
+        ucs_ummunotify_seccomp_wanted()) {
         ucs_ummunotify_seccomp_start();
     }
-    if (ucs_ummunotify_seccomp_running()) {
+    if (((want == UCS_UMMUNOTIFY_ENGINE_AUTO) ||
+         (want == UCS_UMMUNOTIFY_ENGINE_SECCOMP)) &&
+        ucs_ummunotify_seccomp_running()) {
         status = ucs_ummunotify_try_start(&ucs_ummunotify_seccomp_ops,
                                           why_uffd, sizeof(why_uffd));
         if (status == UCS_OK) {

@@ -255,6 +255,8 @@ int main(int argc, char **argv)
         setenv("UCX_MEM_MALLOC_HOOKS", "n", 1);
         setenv("UCX_MEM_MMAP_HOOK_MODE", "none", 1);
         setenv("UCX_REMAPRING_UCM_EXTERNAL", "y", 1);
+        /* auto would choose the seccomp source with the hooks off */
+        setenv("UCX_REMAPRING_NOTIFIER", "uffd", 1);
         setenv("REMAPRING_RCACHE_NOHOOKS", "1", 1);
         /* the link's target, not the link: under valgrind the link is
          * its launcher */
