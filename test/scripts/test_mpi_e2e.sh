@@ -29,6 +29,10 @@
 #                    -s SEED repeats the random sizes of an earlier run
 #   MPI_E2E_TIMEOUT  seconds one launch may take (default 60 + 15 per rank)
 #   MPI_E2E_KEEP     a directory to keep every run's output and UCX logs in
+#   MPI_E2E_NOTIFIER_RANKS  ranks of the one more launch per MPI, wire shm,
+#                    with UCX_REMAPRING_NOTIFIER=seccomp and UCM's hooks
+#                    off, every rank's log saying the source started
+#                    (default 4; empty leaves it out)
 #
 . "$(dirname "$0")/common.sh"
 set -euo pipefail
@@ -41,6 +45,8 @@ ranks=${MPI_E2E_RANKS:-2 4 8}
 wires=${MPI_E2E_WIRES:-shm cma}
 args=${MPI_E2E_ARGS:--i 6 -r 24 -n 600 -t 12}
 ctl=memfd:remapring-ctl-
+# one more launch per MPI with the seccomp notifier and UCM's hooks off
+notifier_ranks=${MPI_E2E_NOTIFIER_RANKS-4}
 # the lines of mpi_e2e's output shown (ranks' error reports among them)
 shown='^mpi_e2e: |^   |^[a-z]+: |^PASS$|^FAIL$|^rank [0-9]+: '
 skipped=()
@@ -79,6 +85,11 @@ check_ranks() {
              grep -q "using the cma wire" "$out.ucx.$p"; then
             echo "   $name: rank $r (pid $p) fell back to the cma wire:" \
                  "$(grep -m1 "using the cma wire" "$out.ucx.$p")"
+            bad=1
+        fi
+        if [ -n "${E2E_EXPECT_LOG:-}" ] &&
+           ! grep -q "$E2E_EXPECT_LOG" "$out.ucx.$p" 2>/dev/null; then
+            echo "   $name: rank $r (pid $p) did not log '$E2E_EXPECT_LOG'"
             bad=1
         fi
         maps=" $(sed -n "s/^rank $r maps $ctl: *//p" "$out") "
@@ -182,6 +193,23 @@ else
                     "$tmp/e2e_ompi" -p "$ctl" $args
         done
     done
+    # UCM's hooks off, the seccomp notifier feeding UCX's caches; the
+    # launcher has the same environment and gets no filter (it uses no
+    # cache), every rank starts its own
+    if [ -n "$notifier_ranks" ]; then
+        UCX_REMAPRING_NOTIFIER=seccomp UCX_MEM_MALLOC_HOOKS=n \
+            UCX_MEM_MMAP_HOOK_MODE=none UCX_REMAPRING_WIRE=shm \
+            E2E_EXPECT_LOG="seccomp source started" \
+            run_e2e "Open MPI, seccomp, no hooks" "$notifier_ranks" \
+            mpirun.openmpi --allow-run-as-root --oversubscribe \
+                -np "$notifier_ranks" -x LD_PRELOAD -x UCX_TLS \
+                -x UCX_LOG_LEVEL -x UCX_LOG_FILE -x UCX_REMAPRING_WIRE \
+                -x UCX_REMAPRING_NOTIFIER -x UCX_MEM_MALLOC_HOOKS \
+                -x UCX_MEM_MMAP_HOOK_MODE \
+                --mca pml ucx --mca pml_ucx_tls any \
+                --mca pml_ucx_devices any --mca btl self \
+                "$tmp/e2e_ompi" -p "$ctl" $args
+    fi
 fi
 
 # MPICH, ch4:ucx
@@ -203,6 +231,15 @@ else
                     mpiexec.mpich -n "$np" "$tmp/e2e_mpich" -p "$ctl" $args
             done
         done
+        if [ -n "$notifier_ranks" ]; then
+            UCX_REMAPRING_NOTIFIER=seccomp UCX_MEM_MALLOC_HOOKS=n \
+                UCX_MEM_MMAP_HOOK_MODE=none UCX_REMAPRING_WIRE=shm \
+                MPIR_CVAR_NOLOCAL=1 \
+                E2E_EXPECT_LOG="seccomp source started" \
+                run_e2e "MPICH, seccomp, no hooks" "$notifier_ranks" \
+                mpiexec.mpich -n "$notifier_ranks" "$tmp/e2e_mpich" \
+                    -p "$ctl" $args
+        fi
     fi
 fi
 
