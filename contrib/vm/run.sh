@@ -43,6 +43,10 @@
 #   Environment: REMAPRING_VM_CACHE (default /var/cache/remapring/vm),
 #   VM_ACCEL (default tcg,thread=single), VM_LOGLEVEL (kernel console
 #   log level, default 4), VM_KARGS (more kernel arguments).
+#   A guest whose kernel stops before it starts init (seen once: a panic
+#   in the emulated CPU's early interrupts, before any of the job's code
+#   ran) is not a verdict on the job: the run boots the guests once more,
+#   saying so (VM_BOOT_TRIES, default 2, is how many boots in all).
 #   Exit status: 0 when every guest's job exited 0; else the first failing
 #   job's status (1 for a guest that gave none, e.g. timed out); 77 (skip)
 #   when qemu cannot run here, the image is missing, or a job exited 77.
@@ -50,6 +54,7 @@
 #            contrib/vm/run.sh -2 -k pinned pair-job.sh 100
 #
 set -euo pipefail
+orig_args=("$@")
 here=$(cd "$(dirname "$0")" && pwd)
 cache=${REMAPRING_VM_CACHE:-/var/cache/remapring/vm}
 accel=${VM_ACCEL:-tcg,thread=single}
@@ -312,7 +317,7 @@ wait 2>/dev/null || true
 pids=()
 
 # The verdict and the timings, per guest
-rc=0 skip_rc=0
+rc=0 skip_rc=0 no_init=
 for i in "${!roles[@]}"; do
     role=${roles[$i]}
     log=$out/$role/console.log
@@ -323,8 +328,10 @@ for i in "${!roles[@]}"; do
         sed 's/^/  /' "$out/$role/qemu.err"
         skip "qemu cannot boot a guest here (status $qst)"
     fi
-    grep -q '@@VM-T init' "$log" ||
+    if ! grep -q '@@VM-T init' "$log"; then
         echo "vm: guest $role: the kernel did not start init (see $log)"
+        no_init="$no_init $role"
+    fi
     # the run's time when the console showed a marker
     host_at() {
         sed -n "s/^\[ *\([0-9.]*\)\] .*@@VM-T $1 .*/\1/p" "$log" | tail -1
@@ -355,4 +362,19 @@ for i in "${!roles[@]}"; do
 done
 echo "vm: wall time $(elapsed) s"
 [ "$rc" = 0 ] && rc=$skip_rc
+boot=${VM_BOOT_TRY:-1}
+if [ "$rc" != 0 ] && [ -n "$no_init" ] && [ "$interactive" = 0 ] &&
+   [ "$boot" -lt "${VM_BOOT_TRIES:-2}" ]; then
+    # None of the job's code ran in that guest: boot the run again.
+    for role in $no_init; do
+        why=$(grep -m1 -E 'Kernel panic|BUG:|Oops|invalid opcode|general protection' \
+              "$out/$role/console.log" | sed 's/^\[ *[0-9.]*\] *//' || true)
+        echo "vm: guest $role stopped before init (${why:-no kernel message}):" \
+             "booting the guests again, boot $((boot + 1)) of ${VM_BOOT_TRIES:-2}"
+        cp "$out/$role/console.log" "$out/$role/console.boot$boot.log"
+    done
+    cleanup
+    trap - EXIT
+    VM_BOOT_TRY=$((boot + 1)) exec "$0" -o "$out" "${orig_args[@]}"
+fi
 exit "$rc"
