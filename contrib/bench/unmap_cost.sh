@@ -8,27 +8,37 @@
 #   ucm      UCM's hooks, UCX's default
 #   uffd     remapring's userfaultfd monitor (watched memory only)
 #   seccomp  remapring's seccomp source (every unmap of the process)
-# 1. munmap() of a touched mapping and malloc()+free() of a block above
-#    glibc's mmap threshold: p50 and p99 per source, and what each adds to
-#    the baseline as a multiple of what UCM's hooks add;
+# 1. munmap() of a touched mapping (through libc, and as a raw system
+#    call, which UCM's hooks do not see) and malloc()+free() of a block
+#    above glibc's mmap threshold: p50 and p99 per source, what each adds
+#    to the baseline, and that as a multiple of what UCM's hooks add (for
+#    munmap: measured in one process, the hooked call against the raw one);
 # 2. ucx_perftest UCP tag_bw by rendezvous (1 MiB, posix+cma, a run that
 #    does not unmap) with the process under each source: MB/s and the ratio
 #    to UCM's hooks.
 #
-# usage: unmap_cost.sh [-n ITERS] [-s LEN] [-o OUTDIR] [-P]
+# Each source runs in its own process, ROUNDS times in turn with the
+# others; the table gives the median over the rounds (at 1 MiB, a
+# munmap()'s own time differs by tens of microseconds from one process to
+# the next here, more than any source adds: -s 4096 shows the added cost
+# per call more precisely).
+#
+# usage: unmap_cost.sh [-n ITERS] [-s LEN] [-r ROUNDS] [-o OUTDIR] [-P]
+#   -r  rounds (default 3)
 #   -P  leave out the ucx_perftest part
 #
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 top=$(cd "$here/../.." && pwd)
-iters=2000 len=$((1 << 20)) out=. perftest=1
-while getopts "n:s:o:Ph" o; do
+iters=2000 len=$((1 << 20)) out=. perftest=1 rounds=3
+while getopts "n:s:r:o:Ph" o; do
     case $o in
     n) iters=$OPTARG ;;
+    r) rounds=$OPTARG ;;
     s) len=$OPTARG ;;
     o) out=$OPTARG ;;
     P) perftest=0 ;;
-    *) sed -n '3,20p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    *) sed -n '3,28p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     esac
 done
 build=${BUILD_DIR:-$top/build}
@@ -50,30 +60,50 @@ sources=(none ucm uffd seccomp)
 csv=$out/unmap_cost.csv
 rm -f "$out/perf.csv"
 echo "source,what,p50_us,p99_us" > "$csv"
-for s in "${sources[@]}"; do
-    # shellcheck disable=SC2086
-    env ${envs[$s]} "$bench" "$s" -n "$iters" -s "$len" > "$out/unmap_$s.txt"
-    awk -v s="$s" '/p50_us/ { split($2, a, "="); split($3, b, "=");
-                              printf "%s,%s,%s,%s\n", s, $1, a[2], b[2] }' \
-        "$out/unmap_$s.txt" >> "$csv"
+for r in $(seq "$rounds"); do
+    for s in "${sources[@]}"; do
+        # shellcheck disable=SC2086
+        env ${envs[$s]} "$bench" "$s" -n "$iters" -s "$len" \
+            > "$out/unmap_$s.$r.txt"
+        awk -v s="$s" '/p50_us/ { split($2, a, "="); split($3, b, "=");
+                                  printf "%s,%s,%s,%s\n", s, $1, a[2], b[2] }' \
+            "$out/unmap_$s.$r.txt" >> "$csv"
+    done
 done
 
-printf "\nunmapping calls, %s bytes, %s each (microseconds)\n" "$len" "$iters"
+printf "\nunmapping calls, %s bytes, %s each, medians of %s rounds" \
+       "$len" "$iters" "$rounds"
+printf " (microseconds)\n"
 python3 - "$csv" <<'PY'
-import csv, sys
+import csv, statistics, sys
 rows = list(csv.DictReader(open(sys.argv[1])))
-val = {(r["source"], r["what"]): (float(r["p50_us"]), float(r["p99_us"]))
-       for r in rows}
-for what in ("munmap", "malloc_free"):
+runs = {}
+for r in rows:
+    runs.setdefault((r["source"], r["what"]), []).append(
+        (float(r["p50_us"]), float(r["p99_us"])))
+val = {k: (statistics.median(p for p, _ in v), statistics.median(q for _, q in v))
+       for k, v in runs.items()}
+# What UCM's hooks add, in one process: munmap() through them against the
+# raw system call, timed in turn (they do not see the raw call). Against
+# the baseline process it is lost in the spread between processes.
+ucm_add = {"munmap": val[("ucm", "munmap")][0] - val[("ucm", "munmap_raw")][0]}
+for what in ("munmap", "munmap_raw", "malloc_free"):
     base = val[("none", what)][0]
-    ucm_add = val[("ucm", what)][0] - base
+    ucm_add.setdefault(what, val[("ucm", what)][0] - base)
     print(f"{what:12s} {'source':8s} {'p50':>8s} {'p99':>8s} {'added':>8s} "
           f"{'x ucm':>6s}")
     for s in ("none", "ucm", "uffd", "seccomp"):
         p50, p99 = val[(s, what)]
         add = p50 - base
-        ratio = f"{add / ucm_add:6.2f}" if ucm_add > 0.05 else "     -"
+        ratio = (f"{add / ucm_add[what]:6.2f}"
+                 if ucm_add[what] > 0.05 and s in ("uffd", "seccomp")
+                 and what != "munmap_raw"
+                 else "     -")
         print(f"{'':12s} {s:8s} {p50:8.2f} {p99:8.2f} {add:8.2f} {ratio}")
+print(f"UCM's hooks add {ucm_add['munmap']:.2f} us per munmap() (p50 through "
+      f"the hooks minus p50 of the raw call, one process); 'added' is p50 "
+      f"minus the baseline process's p50, 'x ucm' that over what the hooks "
+      f"add")
 PY
 
 [ "$perftest" = 1 ] || exit 0

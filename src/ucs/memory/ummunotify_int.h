@@ -193,7 +193,7 @@ void ucs_ummunotify_prereport_check(uintptr_t start, uintptr_t end);
 typedef struct {
     uint64_t calls;      /* notifications read */
     uint64_t reported;   /* ranges reported (table and UCM) */
-    uint64_t own;        /* calls of the dispatcher itself, reported after */
+    uint64_t own;        /* calls of the reporting worker, reported after */
     uint64_t foreign;    /* calls of other processes (fork children, exec) */
     uint64_t unreported; /* let through unreported (timeout, own shmdt) */
     uint64_t timeouts;   /* times a report ran past the timeout */

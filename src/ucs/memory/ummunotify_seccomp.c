@@ -45,26 +45,28 @@
  * take memory away - munmap, mremap, madvise(DONTNEED/FREE/REMOVE/
  * DONTNEED_LOCKED), mmap and shmat over an existing mapping (MAP_FIXED,
  * SHM_REMAP), shmdt, brk other than the query brk(0) - into a notification.
- * The calling thread waits in the kernel while the dispatcher thread reads
- * the call's arguments, invalidates the range in the notifier table and
+ * The calling thread waits in the kernel while a worker thread reads the
+ * call's arguments, invalidates the range in the notifier table and
  * reports it to UCM (ucm_vm_munmap: every UCS registration cache and the
  * memtype cache drop it), and only then tells the kernel to run the call
  * (SECCOMP_USER_NOTIF_FLAG_CONTINUE). Nothing is patched: raw system calls,
  * static runtimes and any allocator are seen.
  *
- * Threads:
- *  - the reader reads every notification. It never allocates and makes no
- *    call the filter catches, so it can never wait on itself. A call of the
- *    dispatcher itself (its callbacks, or the allocator they use, freeing
- *    memory) is let through at once and its range kept for the dispatcher
- *    to report after its current one. A call of another process (a fork()
- *    child: the filter and the listener are inherited) is let through at
- *    once. Everything else is queued for the dispatcher.
- *  - the dispatcher reports, then lets the call through.
- *  If a report runs longer than UCX_REMAPRING_SECCOMP_TIMEOUT, the reader
- *  lets the waiting calls through without it and says so in one line on
- *  stderr (written raw: the reader must not allocate, and the log might),
- *  the dispatcher in an error line when the callback returns: a thread is
+ * Threads: two workers, both waiting for notifications. The one that takes
+ * a call of the process reports it itself - one wake-up per call, on the
+ * calling thread's CPU where the kernel has SYNC_WAKE_UP (6.6) - unless
+ * the other is reporting, in which case it queues the call for it. Only
+ * one reports at a time, so the other one is always free to take the
+ * reporter's own calls (UCX's callbacks, or the allocator they use,
+ * freeing memory): those it lets through at once and keeps their ranges
+ * for the reporter to report after its current one. While not reporting a
+ * worker never allocates and makes no call the filter catches, so it never
+ * waits on itself. A call of another process (a fork() child: the filter
+ * and the listener are inherited) is let through at once.
+ *  If a report runs longer than UCX_REMAPRING_SECCOMP_TIMEOUT, the other
+ *  worker lets the waiting calls through without it and says so in one
+ *  line on stderr (written raw: it must not allocate, and the log might),
+ *  the reporter in an error line when the callback returns: a thread is
  *  never blocked forever by a stuck callback.
  *
  * The guard: a process forked before the filter exists (so it is not
@@ -84,11 +86,17 @@
 
 
 #define UCS_SECCOMP_QUEUE_LEN   256   /* pending calls of the process */
-#define UCS_SECCOMP_OWN_LEN     1024  /* dispatcher's own calls, per report */
+#define UCS_SECCOMP_OWN_LEN     1024  /* reporter's own calls, per report */
 #define UCS_SECCOMP_TICK_MS     100
 
 #ifndef SECCOMP_FILTER_FLAG_WAIT_KILLABLE_RECV
 #  define SECCOMP_FILTER_FLAG_WAIT_KILLABLE_RECV (1UL << 5)
+#endif
+#ifndef SECCOMP_IOCTL_NOTIF_SET_FLAGS
+#  define SECCOMP_IOCTL_NOTIF_SET_FLAGS      SECCOMP_IOW(4, __u64)
+#endif
+#ifndef SECCOMP_USER_NOTIF_FD_SYNC_WAKE_UP
+#  define SECCOMP_USER_NOTIF_FD_SYNC_WAKE_UP (1UL << 0)
 #endif
 #ifndef MADV_DONTNEED_LOCKED
 #  define MADV_DONTNEED_LOCKED 24
@@ -118,19 +126,20 @@ static struct {
     pid_t                   tgid;
     struct seccomp_notif_sizes sizes;
 
-    pthread_t               reader;
-    pthread_t               dispatcher;
-    pid_t                   dispatcher_tid;
+    pthread_t               workers[2];
+    volatile pid_t          worker_tid[2];
     volatile int            go;    /* futex: threads may start */
     int                     ready; /* threads past their own start-up */
+    volatile pid_t          reporter; /* the worker reporting, or 0 */
+    int                     sync_wake; /* SECCOMP_USER_NOTIF_FD_SYNC_WAKE_UP */
 
-    /* reader -> dispatcher */
+    /* calls waiting for the reporter */
     ucs_seccomp_call_t      queue[UCS_SECCOMP_QUEUE_LEN];
-    volatile unsigned       qhead; /* dispatcher's */
-    volatile unsigned       qtail; /* reader's */
-    volatile int            qwake; /* futex */
+    volatile unsigned       qhead; /* the reporter's */
+    volatile unsigned       qtail;
+    volatile int            qlock; /* between the two workers' enqueues */
 
-    /* the dispatcher's own calls, from the reader */
+    /* the reporter's own calls, kept by the other worker */
     ucs_ummunotify_range_t  own[UCS_SECCOMP_OWN_LEN];
     volatile unsigned       own_tail;
     volatile unsigned       own_lost;
@@ -265,7 +274,7 @@ static void ucs_seccomp_report(ucs_ummunotify_event_type_t type,
     ucs_seccomp_stat_add(&ucs_seccomp.stats.reported, 1);
 }
 
-/* Report what the dispatcher's own calls took, in the order they came. */
+/* Report what the reporter's own calls took, in the order they came. */
 static void ucs_seccomp_report_own(void)
 {
     unsigned idx = 0, tail, lost;
@@ -295,85 +304,112 @@ static void ucs_seccomp_report_own(void)
     }
 }
 
-static void ucs_seccomp_respond(uint64_t id)
+/* Answer a call: let the kernel run it. ENOENT (counted when 'counted'):
+ * the caller was interrupted or killed, or a worker let it through after a
+ * timeout; it will call again if it wants. */
+static void ucs_seccomp_continue(uint64_t id, int counted)
 {
     struct seccomp_notif_resp resp;
 
     memset(&resp, 0, sizeof(resp));
     resp.id    = id;
     resp.flags = SECCOMP_USER_NOTIF_FLAG_CONTINUE;
-    if (ioctl(ucs_seccomp.listener, SECCOMP_IOCTL_NOTIF_SEND, &resp) < 0) {
-        /* ENOENT: the caller was interrupted or killed, or the reader let
-         * it through after a timeout; it will call again if it wants */
+    if ((ioctl(ucs_seccomp.listener, SECCOMP_IOCTL_NOTIF_SEND, &resp) < 0) &&
+        counted) {
         ucs_seccomp_stat_add(&ucs_seccomp.stats.abandoned, 1);
     }
 }
 
-static void *ucs_seccomp_dispatcher_main(void *arg)
+/* Report one call, then the reporter's own calls it caused, then let it
+ * run. Only the reporter runs this. */
+static void ucs_seccomp_report_call(const ucs_seccomp_call_t *call)
 {
     ucs_ummunotify_range_t r[2];
     ucs_ummunotify_event_type_t type;
-    ucs_seccomp_call_t call;
-    unsigned head, n, i;
+    unsigned n, i;
     uint64_t took;
-    int wake;
 
-    __atomic_store_n(&ucs_seccomp.dispatcher_tid, (pid_t)syscall(SYS_gettid),
+    __atomic_store_n(&ucs_seccomp.busy_since_ns, ucs_seccomp_now_ns(),
                      __ATOMIC_RELEASE);
-    if (!ucs_seccomp_wait_go()) {
-        return NULL;
+    n = ucs_seccomp_ranges(call, 1, r, &type);
+    for (i = 0; i < n; ++i) {
+        ucs_seccomp_report(type, r[i].start, r[i].end);
     }
+    ucs_seccomp_report_own();
+    took = ucs_seccomp_now_ns() -
+           __atomic_exchange_n(&ucs_seccomp.busy_since_ns, 0,
+                               __ATOMIC_ACQ_REL);
+    if (took > ucs_ummunotify_config.seccomp_timeout * 1e9) {
+        ucs_error("notifier seccomp: the invalidation callbacks for "
+                  "0x%lx..0x%lx (system call %d of thread %u) ran for "
+                  "%.1f s; the calls that waited meanwhile went through "
+                  "unreported", (n > 0) ? r[0].start : 0,
+                  (n > 0) ? r[0].end : 0, call->nr, call->pid, took / 1e9);
+    }
+
+    ucs_seccomp_continue(call->id, 1);
+}
+
+/* Become the reporter unless the other worker is, and report everything
+ * queued. Whoever enqueued a call calls this after: either it reports,
+ * or the reporter (checking the queue again after it stepped down, both
+ * sides sequentially consistent) sees the call. */
+static void ucs_seccomp_report_queued(pid_t self)
+{
+    ucs_seccomp_call_t call;
+    unsigned head;
+    pid_t none;
+
+    do {
+        none = 0;
+        if (!__atomic_compare_exchange_n(&ucs_seccomp.reporter, &none, self,
+                                         0, __ATOMIC_SEQ_CST,
+                                         __ATOMIC_SEQ_CST)) {
+            return; /* the other worker reports; it drains the queue */
+        }
+        for (head = ucs_seccomp.qhead;
+             head != __atomic_load_n(&ucs_seccomp.qtail, __ATOMIC_ACQUIRE);
+             ++head) {
+            call = ucs_seccomp.queue[head % UCS_SECCOMP_QUEUE_LEN];
+            ucs_seccomp_report_call(&call);
+            __atomic_store_n(&ucs_seccomp.qhead, head + 1, __ATOMIC_RELEASE);
+        }
+        __atomic_store_n(&ucs_seccomp.reporter, 0, __ATOMIC_SEQ_CST);
+    } while (__atomic_load_n(&ucs_seccomp.qtail, __ATOMIC_SEQ_CST) != head);
+}
+
+/* Queue a call for the reporter; a full queue (more threads waiting than
+ * slots) waits for room. The two workers may both enqueue. */
+static void ucs_seccomp_enqueue(const struct seccomp_notif *notif)
+{
+    ucs_seccomp_call_t *call;
+    unsigned tail;
 
     for (;;) {
-        head = ucs_seccomp.qhead;
-        wake = __atomic_load_n(&ucs_seccomp.qwake, __ATOMIC_ACQUIRE);
-        if (head == __atomic_load_n(&ucs_seccomp.qtail, __ATOMIC_ACQUIRE)) {
-            ucs_seccomp_futex_wait(&ucs_seccomp.qwake, wake, -1);
-            continue;
+        while (__atomic_exchange_n(&ucs_seccomp.qlock, 1, __ATOMIC_ACQUIRE)) {
+            sched_yield();
         }
-
-        call = ucs_seccomp.queue[head % UCS_SECCOMP_QUEUE_LEN];
-        __atomic_store_n(&ucs_seccomp.busy_since_ns, ucs_seccomp_now_ns(),
-                         __ATOMIC_RELEASE);
-        n = ucs_seccomp_ranges(&call, 1, r, &type);
-        for (i = 0; i < n; ++i) {
-            ucs_seccomp_report(type, r[i].start, r[i].end);
+        tail = ucs_seccomp.qtail;
+        if (tail - __atomic_load_n(&ucs_seccomp.qhead, __ATOMIC_ACQUIRE) <
+            UCS_SECCOMP_QUEUE_LEN) {
+            break;
         }
-        ucs_seccomp_report_own();
-        took = ucs_seccomp_now_ns() -
-               __atomic_exchange_n(&ucs_seccomp.busy_since_ns, 0,
-                                   __ATOMIC_ACQ_REL);
-        if (took > ucs_ummunotify_config.seccomp_timeout * 1e9) {
-            ucs_error("notifier seccomp: the invalidation callbacks for "
-                      "0x%lx..0x%lx (system call %d of thread %u) ran for "
-                      "%.1f s; the calls that waited meanwhile went through "
-                      "unreported", (n > 0) ? r[0].start : 0,
-                      (n > 0) ? r[0].end : 0, call.nr, call.pid, took / 1e9);
-        }
-
-        ucs_seccomp_respond(call.id);
-        /* a reader waiting for room polls for it: no wake-up needed */
-        __atomic_store_n(&ucs_seccomp.qhead, head + 1, __ATOMIC_RELEASE);
+        __atomic_store_n(&ucs_seccomp.qlock, 0, __ATOMIC_RELEASE);
+        usleep(100);
     }
 
-    return NULL;
+    call      = &ucs_seccomp.queue[tail % UCS_SECCOMP_QUEUE_LEN];
+    call->id  = notif->id;
+    call->pid = notif->pid;
+    call->nr  = notif->data.nr;
+    memcpy(call->args, notif->data.args, sizeof(call->args));
+    __atomic_store_n(&ucs_seccomp.qtail, tail + 1, __ATOMIC_SEQ_CST);
+    __atomic_store_n(&ucs_seccomp.qlock, 0, __ATOMIC_RELEASE);
 }
 
-/* ------------------------------------------------------------ the reader */
-
-/* Answer a call the reader lets through itself. */
-static void ucs_seccomp_reader_continue(uint64_t id)
-{
-    struct seccomp_notif_resp resp;
-
-    memset(&resp, 0, sizeof(resp));
-    resp.id    = id;
-    resp.flags = SECCOMP_USER_NOTIF_FLAG_CONTINUE;
-    (void)ioctl(ucs_seccomp.listener, SECCOMP_IOCTL_NOTIF_SEND, &resp);
-}
-
-/* The dispatcher has been in one report for longer than the timeout: let
- * every queued call through without waiting for it. */
+/* A report has run for longer than the timeout: let every queued call
+ * through without waiting for it. Runs in the worker that is not
+ * reporting; it must not allocate. */
 static int ucs_seccomp_check_stuck(void)
 {
     uint64_t since = __atomic_load_n(&ucs_seccomp.busy_since_ns,
@@ -393,8 +429,8 @@ static int ucs_seccomp_check_stuck(void)
     if (!ucs_seccomp.degraded) {
         ucs_seccomp.degraded = 1;
         ucs_seccomp_stat_add(&ucs_seccomp.stats.timeouts, 1);
-        /* the reader must not allocate (its own unmap would wait for
-         * itself), and UCS's log may: one raw line now, the dispatcher's
+        /* this worker must not allocate (its own unmap would wait for
+         * itself), and UCS's log may: one raw line now, the reporter's
          * ucs_error() when the callback returns */
         len = snprintf(msg, sizeof(msg),
                        "[remapring] notifier seccomp: an invalidation "
@@ -410,17 +446,17 @@ static int ucs_seccomp_check_stuck(void)
     }
 
     head = __atomic_load_n(&ucs_seccomp.qhead, __ATOMIC_ACQUIRE);
-    tail = ucs_seccomp.qtail;
+    tail = __atomic_load_n(&ucs_seccomp.qtail, __ATOMIC_ACQUIRE);
     for (; head != tail; ++head) {
-        ucs_seccomp_reader_continue(
-                ucs_seccomp.queue[head % UCS_SECCOMP_QUEUE_LEN].id);
+        ucs_seccomp_continue(
+                ucs_seccomp.queue[head % UCS_SECCOMP_QUEUE_LEN].id, 0);
     }
     return 1;
 }
 
-/* Keep the range of a call of the dispatcher itself, for the dispatcher
- * to report after its current report. No allocation here. */
-static void ucs_seccomp_reader_own(const struct seccomp_notif *notif)
+/* Keep the range of a call of the reporter itself, for it to report after
+ * its current report. No allocation here. */
+static void ucs_seccomp_keep_own(const struct seccomp_notif *notif)
 {
     ucs_ummunotify_range_t r[2];
     ucs_ummunotify_event_type_t type;
@@ -442,34 +478,46 @@ static void ucs_seccomp_reader_own(const struct seccomp_notif *notif)
     }
 }
 
-static void *ucs_seccomp_reader_main(void *arg)
+/*
+ * A worker. While it is not the reporter it never allocates and makes no
+ * call the filter catches, so the other worker can report - and run
+ * callbacks that unmap - while it takes notifications.
+ */
+static void *ucs_seccomp_worker_main(void *arg)
 {
+    int idx = (int)(uintptr_t)arg;
     union {
         struct seccomp_notif notif;
         char                buf[512];
     } u;
     struct pollfd pfd;
-    unsigned tail;
-    ucs_seccomp_call_t *call;
+    pid_t self, other;
     int ret;
 
+    self = (pid_t)syscall(SYS_gettid);
+    __atomic_store_n(&ucs_seccomp.worker_tid[idx], self, __ATOMIC_RELEASE);
     /* glibc sets up a thread's allocator cache (and maybe an arena, which
      * it trims with munmap) at its first malloc: here, before the filter,
-     * not later in a libc call; the reader allocates nothing after */
+     * not later in a libc call */
     free(malloc(1));
     if (!ucs_seccomp_wait_go()) {
         return NULL;
     }
+    other = __atomic_load_n(&ucs_seccomp.worker_tid[!idx], __ATOMIC_ACQUIRE);
 
     pfd.fd     = ucs_seccomp.listener;
     pfd.events = POLLIN;
     for (;;) {
-        ret = poll(&pfd, 1, UCS_SECCOMP_TICK_MS);
-        if (ret == 0) {
-            ucs_seccomp_check_stuck();
-            continue;
-        } else if (ret < 0) {
-            continue; /* EINTR */
+        /* while calls wait for a report, tick to see a stuck one; else
+         * wait in RECV itself (the kernel wakes a waiter there on the
+         * calling thread's CPU, with SYNC_WAKE_UP) */
+        if (__atomic_load_n(&ucs_seccomp.qtail, __ATOMIC_ACQUIRE) !=
+            __atomic_load_n(&ucs_seccomp.qhead, __ATOMIC_ACQUIRE)) {
+            ret = poll(&pfd, 1, UCS_SECCOMP_TICK_MS);
+            if (ret <= 0) {
+                ucs_seccomp_check_stuck(); /* also on EINTR: harmless */
+                continue;
+            }
         }
 
         memset(&u, 0, ucs_seccomp.sizes.seccomp_notif);
@@ -478,11 +526,10 @@ static void *ucs_seccomp_reader_main(void *arg)
         }
         ucs_seccomp_stat_add(&ucs_seccomp.stats.calls, 1);
 
-        if ((pid_t)u.notif.pid ==
-            __atomic_load_n(&ucs_seccomp.dispatcher_tid, __ATOMIC_ACQUIRE)) {
-            /* the dispatcher's own call: through at once, reported after */
-            ucs_seccomp_reader_own(&u.notif);
-            ucs_seccomp_reader_continue(u.notif.id);
+        if ((pid_t)u.notif.pid == other) {
+            /* the reporter's own call: through at once, reported after */
+            ucs_seccomp_keep_own(&u.notif);
+            ucs_seccomp_continue(u.notif.id, 0);
             continue;
         }
 
@@ -491,30 +538,18 @@ static void *ucs_seccomp_reader_main(void *arg)
             /* not a thread of this process: a fork() child or a program it
              * exec()'d, which share the filter but not our memory */
             ucs_seccomp_stat_add(&ucs_seccomp.stats.foreign, 1);
-            ucs_seccomp_reader_continue(u.notif.id);
+            ucs_seccomp_continue(u.notif.id, 0);
             continue;
         }
 
         if (ucs_seccomp_check_stuck()) {
             ucs_seccomp_stat_add(&ucs_seccomp.stats.unreported, 1);
-            ucs_seccomp_reader_continue(u.notif.id);
+            ucs_seccomp_continue(u.notif.id, 0);
             continue;
         }
 
-        /* queue it; a full queue (more waiting threads than slots) waits */
-        tail = ucs_seccomp.qtail;
-        while (tail - __atomic_load_n(&ucs_seccomp.qhead, __ATOMIC_ACQUIRE) >=
-               UCS_SECCOMP_QUEUE_LEN) {
-            usleep(100);
-        }
-        call       = &ucs_seccomp.queue[tail % UCS_SECCOMP_QUEUE_LEN];
-        call->id   = u.notif.id;
-        call->pid  = u.notif.pid;
-        call->nr   = u.notif.data.nr;
-        memcpy(call->args, u.notif.data.args, sizeof(call->args));
-        __atomic_store_n(&ucs_seccomp.qtail, tail + 1, __ATOMIC_RELEASE);
-        __atomic_fetch_add(&ucs_seccomp.qwake, 1, __ATOMIC_RELEASE);
-        ucs_seccomp_futex_wake(&ucs_seccomp.qwake);
+        ucs_seccomp_enqueue(&u.notif);
+        ucs_seccomp_report_queued(self);
     }
 
     return NULL;
@@ -581,7 +616,7 @@ static unsigned ucs_seccomp_ranges(const ucs_seccomp_call_t *call,
         return 1;
     case SYS_shmdt:
         if (!may_allocate) {
-            /* the dispatcher detaching a segment: never happens in UCX's
+            /* the reporter detaching a segment: never happens in UCX's
              * callbacks; counted, not sized */
             ucs_seccomp_stat_add(&ucs_seccomp.stats.unreported, 1);
             return 0;
@@ -798,36 +833,42 @@ static ucs_status_t ucs_seccomp_install(void)
         return UCS_ERR_UNSUPPORTED;
     }
 
-    ucs_seccomp.listener = fd;
+    /* Linux 6.6: the kernel wakes the worker on the calling thread's CPU
+     * and the caller on the worker's, which waits for it anyway: no
+     * cross-CPU wake-up per call */
+    ucs_seccomp.sync_wake = getenv("NOSYNC") ? 0 : (ioctl(fd, SECCOMP_IOCTL_NOTIF_SET_FLAGS,
+                                   SECCOMP_USER_NOTIF_FD_SYNC_WAKE_UP) == 0);
+    ucs_seccomp.listener  = fd;
     return UCS_OK;
 }
 
 static ucs_status_t ucs_seccomp_start_threads(void)
 {
     pthread_attr_t attr;
-    int ret;
+    char name[16];
+    int ret = 0, i, n;
 
     pthread_attr_init(&attr);
     pthread_attr_setstacksize(&attr, 256 * 1024);
-    ret = pthread_create(&ucs_seccomp.reader, &attr, ucs_seccomp_reader_main,
-                         NULL);
-    if (ret == 0) {
-        ret = pthread_create(&ucs_seccomp.dispatcher, &attr,
-                             ucs_seccomp_dispatcher_main, NULL);
-        if (ret != 0) {
-            ucs_seccomp_set_go(-1);
-            pthread_join(ucs_seccomp.reader, NULL);
-        }
+    for (n = 0; (n < 2) && (ret == 0); ++n) {
+        ret = pthread_create(&ucs_seccomp.workers[n], &attr,
+                             ucs_seccomp_worker_main, (void*)(uintptr_t)n);
     }
     pthread_attr_destroy(&attr);
     if (ret != 0) {
+        ucs_seccomp_set_go(-1);
+        for (i = 0; i < n - 1; ++i) {
+            pthread_join(ucs_seccomp.workers[i], NULL);
+        }
         snprintf(ucs_seccomp.why, sizeof(ucs_seccomp.why),
                  "pthread_create() failed: %s", strerror(ret));
         return UCS_ERR_NO_RESOURCE;
     }
 
-    pthread_setname_np(ucs_seccomp.reader, "rmr-seccomp-rd");
-    pthread_setname_np(ucs_seccomp.dispatcher, "rmr-seccomp");
+    for (i = 0; i < 2; ++i) {
+        snprintf(name, sizeof(name), "rmr-seccomp-%d", i);
+        pthread_setname_np(ucs_seccomp.workers[i], name);
+    }
     while (__atomic_load_n(&ucs_seccomp.ready, __ATOMIC_ACQUIRE) < 2) {
         sched_yield();
     }
@@ -857,7 +898,7 @@ static void ucs_seccomp_start_source(void)
     }
 
     /* threads and guard first: once the filter is there, whoever unmaps
-     * waits for the reader */
+     * waits for a worker */
     if (ucs_seccomp_start_threads() != UCS_OK) {
         goto failed;
     }
@@ -881,7 +922,9 @@ static void ucs_seccomp_start_source(void)
     __atomic_store_n(&ucs_seccomp.state, 1, __ATOMIC_RELEASE);
     snprintf(ucs_seccomp.why, sizeof(ucs_seccomp.why),
              "seccomp user notification on munmap, mremap, madvise, "
-             "mmap/shmat over, shmdt, brk (guard pid %d)", ucs_seccomp.guard);
+             "mmap/shmat over, shmdt, brk (guard pid %d, %s wake-up)",
+             ucs_seccomp.guard,
+             ucs_seccomp.sync_wake ? "same-CPU" : "cross-CPU");
     ucs_info("notifier: seccomp source started: %s; UCM_EVENT_VM_UNMAPPED "
              "is external", ucs_seccomp.why);
     return;
@@ -889,8 +932,8 @@ static void ucs_seccomp_start_source(void)
 failed_threads:
     /* the threads wait for 'go'; with no listener they must not run */
     ucs_seccomp_set_go(-1);
-    pthread_join(ucs_seccomp.reader, NULL);
-    pthread_join(ucs_seccomp.dispatcher, NULL);
+    pthread_join(ucs_seccomp.workers[0], NULL);
+    pthread_join(ucs_seccomp.workers[1], NULL);
 failed:
     ucs_seccomp.state = -1;
     if (ucs_seccomp.inherited) {
@@ -1037,8 +1080,8 @@ static void ucs_seccomp_unsubscribe(uintptr_t start, uintptr_t end)
 
 static int ucs_seccomp_fork_child(void)
 {
-    /* no reader here, and a listener cannot be installed again (EBUSY):
-     * the child's calls are let through by the parent's reader, or by the
+    /* no worker here, and a listener cannot be installed again (EBUSY):
+     * the child's calls are let through by the parent's workers, or by the
      * guard once the parent is gone - which needs these closed */
     if (ucs_seccomp.listener >= 0) {
         close(ucs_seccomp.listener);

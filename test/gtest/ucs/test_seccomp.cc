@@ -433,7 +433,7 @@ TEST_F(seccomp_source, callback_unmaps_no_deadlock)
     g_unmap_in_cb = 0;
     ucs_ummunotify_seccomp_get_stats(&after);
     printf("[ seccomp  ] callbacks unmapped %ld times; %llu calls of the "
-           "dispatcher itself\n", g_cb_unmaps.load(),
+           "reporting worker itself\n", g_cb_unmaps.load(),
            (unsigned long long)(after.own - before.own));
     EXPECT_GE(g_cb_unmaps.load(), 1);
     EXPECT_GE(after.own - before.own, (uint64_t)g_cb_unmaps.load());
@@ -497,13 +497,14 @@ static void signal_storm(int sa_flags, long *calls_p, long *failed_p,
 {
     struct sigaction sa = {}, old;
     std::atomic<bool> stop{false};
-    std::atomic<long> failed{0}, calls{0};
+    std::atomic<long> failed{0}, calls{0}, started{0};
     std::atomic<int> last_errno{0};
 
     sa.sa_handler = [](int) {};
     sa.sa_flags   = sa_flags;
     sigaction(SIGUSR1, &sa, &old);
     std::thread t([&] {
+        started = 1;
         while (!stop) {
             void *p = map_anon(page_size());
             if (munmap(p, page_size()) != 0) {
@@ -515,6 +516,11 @@ static void signal_storm(int sa_flags, long *calls_p, long *failed_p,
         }
     });
     pthread_t h = t.native_handle();
+    /* the storm starts once the thread runs its own code: a thread's
+     * start-up (glibc's, a sanitizer's) is not what is measured */
+    while (!started) {
+        sched_yield();
+    }
     for (int i = 0; i < 3000; ++i) {
         pthread_kill(h, SIGUSR1);
         if ((i % 16) == 0) {
@@ -533,6 +539,15 @@ TEST_F(seccomp_source, signals)
 {
     long calls, failed;
     int err;
+
+    if (under_asan()) {
+        /* ASan's munmap() interceptor maps over the shadow of the range
+         * (MAP_FIXED: a call the filter catches) with its own system
+         * calls; under the storm those fail with EINTR, which it treats
+         * as fatal, in about half of the runs, SA_RESTART or not */
+        GTEST_SKIP() << "a signal storm under AddressSanitizer: its own "
+                        "shadow mappings fail with EINTR and it aborts";
+    }
 
     signal_storm(SA_RESTART, &calls, &failed, &err);
     printf("[ seccomp  ] 3000 signals, SA_RESTART: %ld munmap calls, %ld "
