@@ -883,6 +883,15 @@ static void ucs_seccomp_start_source(void)
     int sock;
 
     ucs_seccomp.tgid = getpid();
+    if (dlsym(RTLD_DEFAULT, "__tsan_init") != NULL) {
+        /* seen: a worker waiting in TSan's own mmap(MAP_FIXED) while the
+         * other reported, every call of the process stuck behind them */
+        snprintf(ucs_seccomp.why, sizeof(ucs_seccomp.why),
+                 "ThreadSanitizer's runtime maps and unmaps memory at fixed "
+                 "addresses from within any thread's calls, the source's "
+                 "own threads too, which would then wait for themselves");
+        goto failed;
+    }
     if (syscall(SYS_seccomp, SECCOMP_GET_NOTIF_SIZES, 0, &ucs_seccomp.sizes) <
         0) {
         snprintf(ucs_seccomp.why, sizeof(ucs_seccomp.why),
