@@ -28,6 +28,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "bench_time.h"
+
 
 static struct {
     unsigned hit_iters;
@@ -43,21 +45,6 @@ static struct {
     .len         = 16 * 1024
 };
 
-
-static uint64_t now_ns(void)
-{
-    struct timespec ts;
-
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return ts.tv_sec * 1000000000ull + ts.tv_nsec;
-}
-
-static int cmp_u64(const void *a, const void *b)
-{
-    uint64_t x = *(const uint64_t*)a, y = *(const uint64_t*)b;
-
-    return (x > y) - (x < y);
-}
 
 static void percentiles(uint64_t *v, unsigned n, double *median, double *p99)
 {

@@ -42,27 +42,14 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "bench_time.h"
+
 
 static unsigned long events;
 
 static void handler(ucm_event_type_t type, ucm_event_t *event, void *arg)
 {
     __atomic_fetch_add(&events, 1, __ATOMIC_RELAXED);
-}
-
-static uint64_t now_ns(void)
-{
-    struct timespec ts;
-
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return ts.tv_sec * 1000000000ull + ts.tv_nsec;
-}
-
-static int cmp_u64(const void *a, const void *b)
-{
-    uint64_t x = *(const uint64_t*)a, y = *(const uint64_t*)b;
-
-    return (x > y) - (x < y);
 }
 
 static void report(const char *what, uint64_t *t, unsigned n)

@@ -231,12 +231,6 @@ int ucs_ummunotify_seccomp_running(void);
 
 
 /**
- * @return Nonzero if UCX_MEM_MMAP_HOOK_MODE=none is set.
- */
-int ucs_ummunotify_seccomp_hooks_off(void);
-
-
-/**
  * Copy the seccomp source's counters.
  */
 void ucs_ummunotify_seccomp_get_stats(ucs_ummunotify_seccomp_stats_t *stats);

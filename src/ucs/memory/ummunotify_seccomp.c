@@ -788,7 +788,7 @@ static int ucs_seccomp_privileged(void)
     return !!(data[0].effective & (1u << 21)); /* CAP_SYS_ADMIN */
 }
 
-int ucs_ummunotify_seccomp_hooks_off(void)
+static int ucs_seccomp_hooks_off(void)
 {
     const char *mode = getenv("UCX_MEM_MMAP_HOOK_MODE");
 
@@ -1015,7 +1015,7 @@ void ucs_ummunotify_seccomp_init(void)
     if (want == UCS_UMMUNOTIFY_ENGINE_AUTO) {
         /* only where UCX's caches would otherwise go stale, and without
          * changing what the process may do (no_new_privs) */
-        if (!ucs_ummunotify_seccomp_hooks_off() ||
+        if (!ucs_seccomp_hooks_off() ||
             !ucs_seccomp_privileged()) {
             return;
         }
@@ -1047,20 +1047,15 @@ int ucs_ummunotify_seccomp_running(void)
 
 void ucs_ummunotify_seccomp_get_stats(ucs_ummunotify_seccomp_stats_t *stats)
 {
-    stats->calls      = __atomic_load_n(&ucs_seccomp.stats.calls,
-                                        __ATOMIC_RELAXED);
-    stats->reported   = __atomic_load_n(&ucs_seccomp.stats.reported,
-                                        __ATOMIC_RELAXED);
-    stats->own        = __atomic_load_n(&ucs_seccomp.stats.own,
-                                        __ATOMIC_RELAXED);
-    stats->foreign    = __atomic_load_n(&ucs_seccomp.stats.foreign,
-                                        __ATOMIC_RELAXED);
-    stats->unreported = __atomic_load_n(&ucs_seccomp.stats.unreported,
-                                        __ATOMIC_RELAXED);
-    stats->timeouts   = __atomic_load_n(&ucs_seccomp.stats.timeouts,
-                                        __ATOMIC_RELAXED);
-    stats->abandoned  = __atomic_load_n(&ucs_seccomp.stats.abandoned,
-                                        __ATOMIC_RELAXED);
+    /* the counters are uint64_t, one after the other */
+    const uint64_t *src = (const uint64_t*)&ucs_seccomp.stats;
+    uint64_t *dst       = (uint64_t*)stats;
+    size_t i;
+
+    UCS_STATIC_ASSERT(sizeof(*stats) % sizeof(uint64_t) == 0);
+    for (i = 0; i < sizeof(*stats) / sizeof(uint64_t); ++i) {
+        dst[i] = __atomic_load_n(&src[i], __ATOMIC_RELAXED);
+    }
 }
 
 /* ------------------------------------------------------- engine for core */

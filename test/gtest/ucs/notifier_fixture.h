@@ -18,12 +18,33 @@ extern "C" {
 #include <unistd.h>
 
 #include <chrono>
+#include <climits>
+#include <cstdio>
 #include <cstdlib>
 #include <string>
 #include <vector>
 
 
 namespace remapring_test {
+
+/* For a test main() that sets its environment (UCM's hooks, the notifier's
+ * engine) before UCX reads it: runs this program again from the start,
+ * with the same arguments. Returns 1 (it failed) or does not return. The
+ * link's target, not the link: under valgrind the link is its launcher. */
+static inline int reexec_self(char **argv)
+{
+    char exe[PATH_MAX];
+    ssize_t n = readlink("/proc/self/exe", exe, sizeof(exe) - 1);
+
+    if (n < 0) {
+        perror("readlink(/proc/self/exe)");
+        return 1;
+    }
+    exe[n] = '\0';
+    execv(exe, argv);
+    perror("execv");
+    return 1;
+}
 
 static inline size_t page_size()
 {

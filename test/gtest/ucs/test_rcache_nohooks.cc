@@ -258,18 +258,7 @@ int main(int argc, char **argv)
         /* auto would choose the seccomp source with the hooks off */
         setenv("UCX_REMAPRING_NOTIFIER", "uffd", 1);
         setenv("REMAPRING_RCACHE_NOHOOKS", "1", 1);
-        /* the link's target, not the link: under valgrind the link is
-         * its launcher */
-        char exe[PATH_MAX];
-        ssize_t n = readlink("/proc/self/exe", exe, sizeof(exe) - 1);
-        if (n < 0) {
-            perror("readlink(/proc/self/exe)");
-            return 1;
-        }
-        exe[n] = '\0';
-        execv(exe, argv);
-        perror("execv");
-        return 1;
+        return reexec_self(argv);
     }
 
     ::testing::InitGoogleTest(&argc, argv);

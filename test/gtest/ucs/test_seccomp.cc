@@ -708,22 +708,13 @@ int main(int argc, char **argv)
         setenv("REMAPRING_SECCOMP_TEST", "1", 1);
         if (under_asan()) {
             /* LeakSanitizer's check at exit stops every thread with
-             * ptrace, the reader too, and its tracer's own mmap() then
-             * waits for the reader (docs/notifier.md) */
+             * ptrace, the source's workers too, and its tracer's own
+             * mmap() then waits for them (docs/notifier.md) */
             std::string o = getenv("ASAN_OPTIONS") ? getenv("ASAN_OPTIONS")
                                                    : "";
             setenv("ASAN_OPTIONS", (o + ":detect_leaks=0").c_str(), 1);
         }
-        char exe[PATH_MAX];
-        ssize_t n = readlink("/proc/self/exe", exe, sizeof(exe) - 1);
-        if (n < 0) {
-            perror("readlink(/proc/self/exe)");
-            return 1;
-        }
-        exe[n] = '\0';
-        execv(exe, argv);
-        perror("execv");
-        return 1;
+        return reexec_self(argv);
     }
 
     if ((argc == 3) && !strcmp(argv[1], "--orphan")) {
