@@ -54,6 +54,11 @@
 #define UCT_REMAPRING_AM_MAX_HDR 128
 #define UCT_REMAPRING_MAX_IOV    ((size_t)REMAPRING_RING_MAX_IOV - 1)
 
+/** The active message id of the transports' own control records, past the
+ *  upper layer's ids: a receiving interface gives them to its transport
+ *  (uct_remapring_iface_ops_t::rx_control) */
+#define UCT_REMAPRING_AM_ID_CONTROL UCT_AM_ID_MAX
+
 /** Records delivered from one ring per progress call, so that one busy
  *  sender cannot starve the others */
 #define UCT_REMAPRING_RX_BURST 16
@@ -125,6 +130,14 @@ typedef struct uct_remapring_iface_ops {
     /** Whether a send of @a length payload bytes would find the transport's
      *  own send resources (beyond ring credit); NULL: always */
     int (*peer_can_post)(uct_remapring_peer_t *peer, size_t length);
+
+    /** A control record (UCT_REMAPRING_AM_ID_CONTROL) arrived in @a ring, a
+     *  ring of this receiving interface: UCS_OK once handled, or an error
+     *  (logged) that fails the ring. NULL: the transport sends none, and
+     *  one is a bad record */
+    ucs_status_t (*rx_control)(uct_remapring_iface_t *iface,
+                               remapring_ring_t *ring, const void *payload,
+                               size_t length);
 } uct_remapring_iface_ops_t;
 
 

@@ -128,6 +128,28 @@ uct_remapring_iface_deliver_copy(uct_remapring_iface_t *iface,
     return 1;
 }
 
+/* A record with an id past the upper layer's: the transport's own control
+ * record, handled and consumed; false (logged) if it is not one */
+static UCS_F_NOINLINE int
+uct_remapring_iface_rx_control(uct_remapring_iface_t *iface,
+                               remapring_ring_t *ring, remapring_ring_rx_t *rx)
+{
+    if ((rx->am_id != UCT_REMAPRING_AM_ID_CONTROL) ||
+        (iface->ops->rx_control == NULL)) {
+        ucs_error("ring %s: bad active message id %u", ring->name,
+                  rx->am_id);
+        return 0;
+    }
+
+    if (iface->ops->rx_control(iface, ring, rx->payload, rx->length) !=
+        UCS_OK) {
+        return 0;
+    }
+
+    remapring_ring_consume(ring, rx, 0);
+    return 1;
+}
+
 /* The body of uct_remapring_iface_rx_ring(), @a aligned a constant: whether
  * the upper layer asked for AM alignment (small messages may be copied to
  * an aligned place), so that the loop of an interface without tests
@@ -150,10 +172,11 @@ uct_remapring_iface_rx_ring_inl(uct_remapring_iface_t *iface,
             *failed_p = 1; /* logged */
             break;
         } else if (ucs_unlikely(rx.am_id >= UCT_AM_ID_MAX)) {
-            ucs_error("ring %s: bad active message id %u", ring->name,
-                      rx.am_id);
-            *failed_p = 1;
-            break;
+            if (!uct_remapring_iface_rx_control(iface, ring, &rx)) {
+                *failed_p = 1; /* logged */
+                break;
+            }
+            continue;
         }
 
         uct_iface_trace_am(&iface->super, UCT_AM_TRACE_TYPE_RECV, rx.am_id,

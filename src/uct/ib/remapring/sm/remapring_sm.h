@@ -31,6 +31,7 @@ typedef struct uct_remapring_sm_iface_config {
     uct_remapring_iface_config_t super;
     uct_remapring_wire_type_t wire; /* how this process sends */
     unsigned max_peers; /* senders one iface accepts */
+    size_t share_min; /* shortest put/get whose copy is shared */
 } uct_remapring_sm_iface_config_t;
 
 
@@ -95,6 +96,12 @@ struct uct_remapring_sm_iface {
         khiter_t yield_cursor; /* next peer to look at for
                                                    a reclaim request */
     } tx;
+    struct {
+        size_t min; /* UCX_REMAPRING_SHARE_MIN, SIZE_MAX: off */
+        uint64_t asked; /* operations we asked a receiver to share */
+        uint64_t given; /* chunks of ours a receiver copied */
+        uint64_t helped; /* chunks of senders' operations we copied */
+    } share;
 };
 
 
@@ -110,6 +117,7 @@ typedef struct uct_remapring_sm_peer {
     /* the receiving interface closed its own connection to ours with RESET
      * (its endpoints to us were dropped) and has not connected again */
     int reverse_reset;
+    uint32_t share_gen; /* of our last shared copy */
 } uct_remapring_sm_peer_t;
 
 
@@ -119,6 +127,27 @@ typedef struct uct_remapring_sm_peer {
  */
 ucs_status_t uct_remapring_sm_iface_config_check(
         const uct_remapring_sm_iface_config_t *config);
+
+
+/**
+ * Move @a length bytes between @a local and [@a remote_addr, + length) of
+ * the receiver (@a write: to it), with the receiver's progress copying some
+ * of the chunks if it runs (remapring_sm_share.c); the caller checked the
+ * key. Returns 0 when every byte moved, or the errno of the copy that
+ * failed (ESRCH: the receiver exited), as remapring_proc_vm_xfer().
+ */
+int uct_remapring_sm_share_rma(uct_remapring_sm_peer_t *peer, void *local,
+                               size_t length, uint64_t remote_addr, int write);
+
+
+/**
+ * A control record in the ring of one of our connections (see
+ * uct_remapring_iface_ops_t::rx_control): a sender's request to share a
+ * copy, whose chunks it leaves we copy (remapring_sm_share.c).
+ */
+ucs_status_t uct_remapring_sm_rx_control(uct_remapring_iface_t *iface,
+                                         remapring_ring_t *ring,
+                                         const void *payload, size_t length);
 
 
 /** The operations of a peer of this transport (remapring_sm_conn.c) */

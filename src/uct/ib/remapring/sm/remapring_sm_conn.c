@@ -879,6 +879,7 @@ const uct_remapring_iface_ops_t uct_remapring_sm_iface_ops = {
     .peer_destroy  = uct_remapring_sm_peer_destroy,
     .peer_connect  = uct_remapring_sm_peer_connect,
     .peer_stalled  = uct_remapring_sm_peer_stalled,
-    .peer_can_post = NULL
+    .peer_can_post = NULL,
+    .rx_control    = uct_remapring_sm_rx_control
 };
 /* clang-format on */

@@ -95,7 +95,7 @@
 
 
 #define UCT_REMAPRING_CTL_MAGIC   0x6c74636972616d72ull /* "rmaric tl" */
-#define UCT_REMAPRING_CTL_VERSION 8
+#define UCT_REMAPRING_CTL_VERSION 9
 #define UCT_REMAPRING_MAX_PEERS   4096 /* largest MAX_PEERS */
 
 
@@ -135,6 +135,45 @@ typedef enum {
 
 
 /**
+ * The words of a shared copy (remapring_sm_share.c): the connection's sender
+ * asks the receiver to copy some chunks of one of its put or get operations.
+ */
+typedef struct uct_remapring_share {
+    uint64_t claim; /* gen << 32 | next chunk: both take chunks here */
+    uint64_t done;  /* chunks the receiver copied or gave back */
+    uint64_t back;  /* 1 + the chunk the receiver could not copy, or 0 */
+} uct_remapring_share_t;
+
+
+/** Most chunks of one shared copy; a helper refuses a request with more */
+#define UCT_REMAPRING_SHARE_MAX_CHUNKS 64
+
+
+/** Control record kinds (the first byte of its payload) */
+enum {
+    UCT_REMAPRING_CONTROL_SHARE = 1
+};
+
+
+/**
+ * A request to share a copy: the payload of the control record a sender
+ * writes into its ring (remapring_sm_share.c).
+ */
+typedef struct uct_remapring_share_req {
+    uint8_t kind; /* UCT_REMAPRING_CONTROL_SHARE */
+    uint8_t helper_writes; /* 1: the helper writes into the requester (a
+                              get); 0: it reads from it (a put) */
+    uint16_t reserved;
+    uint32_t gen;
+    uint32_t nchunks;
+    uint32_t chunk; /* bytes of each chunk but the last */
+    uint64_t length;
+    uint64_t helper_addr; /* the helper's side of the operation */
+    uint64_t requester_addr; /* the requester's side */
+} UCS_S_PACKED uct_remapring_share_req_t;
+
+
+/**
  * One connection slot in the receiver's control area.
  */
 typedef struct uct_remapring_conn {
@@ -144,6 +183,7 @@ typedef struct uct_remapring_conn {
     uint32_t                 wire;     /* sender: uct_remapring_wire_type_t */
     uint32_t                 armed      UCS_V_ALIGNED(64); /* receiver */
     remapring_ring_ctl_t ring;
+    uct_remapring_share_t    share      UCS_V_ALIGNED(64); /* both sides */
 } UCS_V_ALIGNED(64) uct_remapring_conn_t;
 
 

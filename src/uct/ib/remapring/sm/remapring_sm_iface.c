@@ -88,6 +88,17 @@ static ucs_config_field_t uct_remapring_sm_iface_config_table[] = {
      ucs_offsetof(uct_remapring_sm_iface_config_t, max_peers),
      UCS_CONFIG_TYPE_UINT},
 
+    {"SHARE_MIN", "512k",
+     "Shortest put or get of one piece whose copy the other process\n"
+     "shares: the operation is cut in chunks (two halves, or pieces of 256 KiB,\n"
+     "up to 64), the other process's progress takes chunks as it finds the\n"
+     "request in its ring and copies them with process_vm_writev/readv while\n"
+     "this one copies the rest, so two cores copy. A process whose progress\n"
+     "does not run takes none, and this one copies them all. 'inf': this\n"
+     "process neither asks for shares nor takes any.",
+     ucs_offsetof(uct_remapring_sm_iface_config_t, share_min),
+     UCS_CONFIG_TYPE_MEMUNITS},
+
     {NULL}
 };
 /* clang-format on */
@@ -509,6 +520,10 @@ static UCS_CLASS_INIT_FUNC(uct_remapring_sm_iface_t, uct_md_h md,
     self->rx.noffered     = 0;
     self->rx.offer_cursor = 0;
     self->tx.yield_cursor = 0;
+    self->share.min       = config->share_min;
+    self->share.asked     = 0;
+    self->share.given     = 0;
+    self->share.helped    = 0;
     ucs_list_head_init(&self->rx.active);
     ucs_list_head_init(&self->rx.asleep);
 
@@ -547,6 +562,13 @@ static UCS_CLASS_CLEANUP_FUNC(uct_remapring_sm_iface_t)
     uct_base_iface_progress_disable(&self->super.super.super,
                                     UCT_PROGRESS_SEND | UCT_PROGRESS_RECV);
     uct_remapring_iface_warn_peers(&self->super);
+    if ((self->share.asked > 0) || (self->share.helped > 0)) {
+        ucs_debug("iface %p shared copies: asked %" PRIu64 ", receivers "
+                  "copied %" PRIu64 " chunks; copied %" PRIu64
+                  " chunks of senders",
+                  self, self->share.asked, self->share.given,
+                  self->share.helped);
+    }
 
     /* senders see the interface closed; then the rings go */
     uct_remapring_ctl_destroy(&self->rx.ctl);

@@ -1,0 +1,342 @@
+/**
+ * Copyright (c) remapring contributors. See file LICENSE for terms.
+ */
+
+#ifdef HAVE_CONFIG_H
+#include "config.h"
+#endif
+
+/*
+ * Shared copies: a put or get of the shared-memory transport copied by both
+ * processes at once.
+ *
+ * A get_zcopy moves its bytes with process_vm_readv, one core's copy, with
+ * the kernel pinning every page of the other side as it goes; meanwhile the
+ * process that owns the other side usually spins in its own progress (an
+ * MPI rendezvous sender waits for the receiver's get to finish). So the
+ * caller (the requester: the connection's sender) splits a long operation
+ * into chunks and asks the other process (the helper: the connection's
+ * receiver) to take some: a control record in the helper's ring names the
+ * operation, and both take chunks from one word in the connection's slot
+ * of the helper's control area (uct_remapring_share_t), which both map.
+ * The helper copies each chunk it takes between its own memory and the
+ * requester's with process_vm_writev/readv, so both cores copy and both
+ * pin only the pages of their half. A helper that does not run (busy,
+ * asleep, gone) takes no chunk, and the requester copies them all; nothing
+ * waits for it.
+ *
+ * The words, for operation number gen of the connection (the requester
+ * counts them):
+ *   claim  gen << 32 | next chunk. The requester sets it (release) before
+ *          its record is sent, takes chunks by fetch-and-add, and closes it
+ *          when it has none left to take, by exchange with gen << 32 |
+ *          nchunks: the value it replaces says how many chunks were taken in
+ *          all, so how many the helper took. The helper takes a chunk by
+ *          compare-and-swap, only while gen is its record's and the next
+ *          chunk is below nchunks: a late record, or one of an operation
+ *          that finished, takes nothing.
+ *   done   chunks the helper finished (release, after its copy returned);
+ *          reset by the requester before claim is set. The requester
+ *          returns only once done equals what the helper took, so no write
+ *          of the helper's lands in its memory after the operation
+ *          completed.
+ *   back   1 + a chunk the helper took and could not copy (it stops
+ *          helping this operation then); the requester copies it.
+ * The requester waits only for chunks the helper is copying; if the helper
+ * process exits meanwhile, the operation fails with the connection.
+ *
+ * What the helper copies is named by the requester: its own memory by the
+ * requester's address, and the helper's memory by an address the requester
+ * took from the helper's key. The helper copies out of or into its own
+ * memory only what the requester could reach itself with process_vm_readv/
+ * writev (the same permission check, on the same two processes), so a
+ * request asks nothing of the helper that the requester could not do on its
+ * own; an address not mapped fails that chunk (back), it is never touched
+ * outside the system call.
+ */
+
+#include "remapring_sm.h"
+
+#include <uct/ib/remapring/ring/ring_wire.h>
+
+#include <ucs/debug/log.h>
+#include <ucs/time/time.h>
+
+#include <errno.h>
+#include <sched.h>
+#include <string.h>
+#include <sys/uio.h>
+
+
+/** Spins of a requester waiting for the helper's chunks between two looks
+ *  at whether the helper process lives */
+#define UCT_REMAPRING_SHARE_CHECK_SPINS 65536
+
+/** ... and before each yield of the core, to a helper that may share it */
+#define UCT_REMAPRING_SHARE_YIELD_SPINS 256
+
+/** Shortest and longest chunk: shorter ones cost the two processes more
+ *  in their shared words and system calls than a second core saves; an
+ *  operation is cut in at most UCT_REMAPRING_SHARE_MAX_CHUNKS chunks of at
+ *  least the shortest (measured on two cores: 64 KiB chunks of 1 MiB moved
+ *  19 GB/s, 256 KiB chunks 39 GB/s, one core alone 23 GB/s) */
+#define UCT_REMAPRING_SHARE_CHUNK_MIN  (64 * UCS_KBYTE)
+#define UCT_REMAPRING_SHARE_CHUNK_GOOD (256 * UCS_KBYTE)
+
+
+static UCS_F_ALWAYS_INLINE uint64_t uct_remapring_share_word(uint32_t gen,
+                                                             uint32_t chunk)
+{
+    return ((uint64_t)gen << 32) | chunk;
+}
+
+/* The chunk size for an operation of @a length bytes: two halves of a short
+ * one, good-sized chunks of a long one, at most the chunk count */
+static size_t uct_remapring_share_chunk(size_t length)
+{
+    size_t chunk = ucs_min(length / 2, UCT_REMAPRING_SHARE_CHUNK_GOOD);
+
+    chunk = ucs_max(chunk, ucs_div_round_up(length,
+                                            UCT_REMAPRING_SHARE_MAX_CHUNKS));
+    chunk = ucs_max(chunk, UCT_REMAPRING_SHARE_CHUNK_MIN);
+    return ucs_align_up_pow2(chunk, UCS_KBYTE * 4);
+}
+
+/* Copy chunk @a index of the operation @a req names between this process's
+ * side and process @a pid's; 0 or the errno. @a helper: this process is
+ * the helper. */
+static int uct_remapring_share_copy(const uct_remapring_share_req_t *req,
+                                    uint32_t index, pid_t pid, void *own_base,
+                                    int helper)
+{
+    size_t offset = (size_t)index * req->chunk;
+    size_t length = ucs_min(req->chunk, req->length - offset);
+    uint64_t other_base = helper ? req->requester_addr : req->helper_addr;
+    struct iovec local, remote;
+    int write;
+
+    local.iov_base  = UCS_PTR_BYTE_OFFSET(own_base, offset);
+    local.iov_len   = length;
+    remote.iov_base = (void *)(uintptr_t)(other_base + offset);
+    remote.iov_len  = length;
+    /* a get: the helper writes, the requester reads */
+    write           = helper ? req->helper_writes : !req->helper_writes;
+    return remapring_proc_vm_xfer(pid, &local, 1, &remote, 1, length, write);
+}
+
+/* The requester copies every chunk it can take; the number it copied, and
+ * the errno of the one that failed (then it stops) */
+static unsigned uct_remapring_share_take(uct_remapring_share_t *share,
+                                         const uct_remapring_share_req_t *req,
+                                         pid_t pid, void *local, int *err_p)
+{
+    unsigned mine = 0;
+    uint32_t index;
+
+    for (;;) {
+        index = (uint32_t)__atomic_fetch_add(&share->claim, 1,
+                                             __ATOMIC_ACQ_REL);
+        if (index >= req->nchunks) {
+            return mine;
+        }
+
+        *err_p = uct_remapring_share_copy(req, index, pid, local, 0);
+        if (*err_p != 0) {
+            return mine;
+        }
+
+        ++mine;
+    }
+}
+
+/* Wait until the helper finished the @a taken chunks it took; ESRCH if its
+ * process exited meanwhile */
+static int
+uct_remapring_share_wait(uct_remapring_sm_peer_t *peer,
+                         uct_remapring_share_t *share, uint64_t taken)
+{
+    ucs_time_t start = 0;
+    unsigned spins   = 0;
+
+    while (__atomic_load_n(&share->done, __ATOMIC_ACQUIRE) != taken) {
+        if (++spins < UCT_REMAPRING_SHARE_CHECK_SPINS) {
+            if ((spins % UCT_REMAPRING_SHARE_YIELD_SPINS) == 0) {
+                /* the helper may wait for this core */
+                sched_yield();
+            }
+            continue;
+        }
+
+        spins = 0;
+        if (uct_remapring_proc_exited(&peer->remote.proc)) {
+            return ESRCH; /* its chunk may be half copied */
+        }
+
+        if (start == 0) {
+            start = ucs_get_time();
+        } else if ((start != 1) &&
+                   (ucs_time_to_sec(ucs_get_time() - start) > 10.0)) {
+            /* a stopped helper (a debugger, SIGSTOP) holds its chunk */
+            ucs_warn("%s: waiting for the receiver to finish a shared chunk "
+                     "for 10 s (stopped?)",
+                     peer->super.name);
+            start = 1;
+        }
+    }
+
+    return 0;
+}
+
+/* Ask the receiver to share the copy @a req names: its words first, then
+ * the record; false if the record could not be sent now (no credit, a
+ * connection not ready or with sends waiting) */
+static int uct_remapring_share_ask(uct_remapring_sm_peer_t *peer,
+                                   uct_remapring_share_t *share,
+                                   const uct_remapring_share_req_t *req)
+{
+    struct iovec iov = {.iov_base = (void *)req, .iov_len = sizeof(*req)};
+
+    if ((peer->super.wire == NULL) || (peer->super.backlog != NULL) ||
+        !ucs_list_is_empty(&peer->super.iface->tx.blocked)) {
+        return 0;
+    }
+
+    share->done = 0;
+    share->back = 0;
+    __atomic_store_n(&share->claim, uct_remapring_share_word(req->gen, 0),
+                     __ATOMIC_RELEASE);
+    if (remapring_ring_writer_send(&peer->super.writer,
+                                   UCT_REMAPRING_AM_ID_CONTROL, 0, &iov,
+                                   1) != UCS_OK) {
+        return 0;
+    }
+
+    uct_remapring_remote_ring_bell(&peer->remote);
+    return 1;
+}
+
+/* One process_vm_writev/readv loop, as without sharing */
+static int uct_remapring_share_alone(pid_t pid, void *local, size_t length,
+                                     uint64_t remote_addr, int write)
+{
+    struct iovec l = {.iov_base = local, .iov_len = length};
+    struct iovec r = {.iov_base = (void *)(uintptr_t)remote_addr,
+                      .iov_len  = length};
+
+    return remapring_proc_vm_xfer(pid, &l, 1, &r, 1, length, write);
+}
+
+int uct_remapring_sm_share_rma(uct_remapring_sm_peer_t *peer, void *local,
+                               size_t length, uint64_t remote_addr, int write)
+{
+    uct_remapring_sm_iface_t *iface = ucs_derived_of(peer->super.iface,
+                                                     uct_remapring_sm_iface_t);
+    uct_remapring_share_t *share    = &peer->remote.conn->share;
+    pid_t pid                       = peer->remote.proc.pid;
+    size_t chunk                    = uct_remapring_share_chunk(length);
+    uct_remapring_share_req_t req;
+    unsigned mine, taken;
+    uint32_t last;
+    int err = 0;
+
+    req.kind           = UCT_REMAPRING_CONTROL_SHARE;
+    req.helper_writes  = !write;
+    req.reserved       = 0;
+    req.gen            = ++peer->share_gen;
+    req.nchunks        = ucs_div_round_up(length, chunk);
+    req.chunk          = chunk;
+    req.length         = length;
+    req.helper_addr    = remote_addr;
+    req.requester_addr = (uintptr_t)local;
+
+    /* past 64 chunks of 4 GiB, or when the request cannot be sent now */
+    if ((chunk > UINT32_MAX) || !uct_remapring_share_ask(peer, share, &req)) {
+        return uct_remapring_share_alone(pid, local, length, remote_addr,
+                                         write);
+    }
+
+    ++iface->share.asked;
+    mine  = uct_remapring_share_take(share, &req, pid, local, &err);
+    /* close the operation: what claim held says how many were taken */
+    last  = (uint32_t)__atomic_exchange_n(
+            &share->claim, uct_remapring_share_word(req.gen, req.nchunks),
+            __ATOMIC_ACQ_REL);
+    taken = ucs_min(last, req.nchunks) - mine - (err != 0);
+    if (uct_remapring_share_wait(peer, share, taken) != 0) {
+        return ESRCH;
+    }
+
+    iface->share.given += taken;
+    if ((err == 0) && (share->back != 0)) {
+        /* the helper could not copy this one; it is ours to try */
+        err = uct_remapring_share_copy(&req, share->back - 1, pid, local, 0);
+    }
+
+    return err;
+}
+
+ucs_status_t uct_remapring_sm_rx_control(uct_remapring_iface_t *tl_iface,
+                                         remapring_ring_t *ring,
+                                         const void *payload, size_t length)
+{
+    uct_remapring_sm_iface_t *iface = ucs_derived_of(tl_iface,
+                                                     uct_remapring_sm_iface_t);
+    unsigned index = ucs_container_of(ring->ctl, uct_remapring_conn_t, ring) -
+                     iface->rx.ctl.conns;
+    uct_remapring_share_t *share = &iface->rx.ctl.conns[index].share;
+    pid_t pid                    = iface->rx.conns[index].sender.pid;
+    uct_remapring_share_req_t req;
+    uint64_t word;
+    int err;
+
+    if (length != sizeof(req)) {
+        ucs_error("iface %p connection %u: control record of %zu bytes, "
+                  "expected %zu",
+                  iface, index, length, sizeof(req));
+        return UCS_ERR_INVALID_PARAM;
+    }
+
+    memcpy(&req, payload, sizeof(req));
+    if ((req.kind != UCT_REMAPRING_CONTROL_SHARE) || (req.chunk == 0) ||
+        (req.nchunks == 0) ||
+        (req.nchunks > UCT_REMAPRING_SHARE_MAX_CHUNKS) ||
+        (req.nchunks != ucs_div_round_up(req.length, req.chunk)) ||
+        (req.helper_writes > 1)) {
+        ucs_error("iface %p connection %u: bad share request (kind %u, "
+                  "%" PRIu64 " bytes in %u chunks of %u)",
+                  iface, index, req.kind, req.length, req.nchunks,
+                  req.chunk);
+        return UCS_ERR_INVALID_PARAM;
+    }
+
+    if (iface->share.min == SIZE_MAX) {
+        return UCS_OK; /* sharing is off here: the requester copies all */
+    }
+
+    for (;;) {
+        word = __atomic_load_n(&share->claim, __ATOMIC_ACQUIRE);
+        if (((word >> 32) != req.gen) || ((uint32_t)word >= req.nchunks)) {
+            return UCS_OK; /* finished, or taken */
+        }
+
+        if (!__atomic_compare_exchange_n(&share->claim, &word, word + 1, 0,
+                                         __ATOMIC_ACQ_REL,
+                                         __ATOMIC_RELAXED)) {
+            continue;
+        }
+
+        err = uct_remapring_share_copy(&req, (uint32_t)word, pid,
+                                       (void *)(uintptr_t)req.helper_addr, 1);
+        if (err != 0) {
+            ucs_debug("iface %p connection %u: shared chunk %u failed: %s; "
+                      "given back",
+                      iface, index, (uint32_t)word, strerror(err));
+            share->back = (uint32_t)word + 1;
+            __atomic_fetch_add(&share->done, 1, __ATOMIC_RELEASE);
+            return UCS_OK;
+        }
+
+        ++iface->share.helped;
+        __atomic_fetch_add(&share->done, 1, __ATOMIC_RELEASE);
+    }
+}
