@@ -46,6 +46,8 @@ typedef struct uct_remapring_memh {
     size_t length;
     ucs_memcache_region_t *region; /* NULL when not cached */
     int allocated; /* by mem_alloc: unmapped at free */
+    pid_t pid; /* the registering process, for its keys (getpid() is a
+                  system call, once per key packed otherwise) */
 } uct_remapring_memh_t;
 
 

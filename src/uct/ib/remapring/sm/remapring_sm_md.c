@@ -124,6 +124,7 @@ static ucs_status_t uct_remapring_sm_reg(uct_remapring_md_t *md, void *address,
     }
 
     memh->address   = address;
+    memh->pid       = getpid();
     memh->length    = length;
     memh->region    = NULL;
     memh->allocated = 0;
@@ -168,6 +169,7 @@ uct_remapring_sm_mem_alloc(uct_md_h uct_md, size_t *length_p, void **address_p,
     }
 
     memh->address   = address;
+    memh->pid       = getpid();
     memh->length    = length;
     memh->region    = NULL;
     memh->allocated = 1;
@@ -221,7 +223,7 @@ uct_remapring_sm_mkey_pack(uct_md_h md, uct_mem_h uct_memh,
     rkey.magic   = UCT_REMAPRING_RKEY_MAGIC;
     rkey.address = (uintptr_t)memh->address;
     rkey.length  = memh->length;
-    rkey.pid     = getpid();
+    rkey.pid     = memh->pid;
     rkey.check   = uct_remapring_rkey_check_word(
               &rkey, ucs_offsetof(uct_remapring_rkey_t, check));
     memcpy(rkey_buffer, &rkey, sizeof(rkey));

@@ -73,7 +73,7 @@
 #define UCT_REMAPRING_SHARE_CHECK_SPINS 65536
 
 /** ... and before each yield of the core, to a helper that may share it */
-#define UCT_REMAPRING_SHARE_YIELD_SPINS 256
+#define UCT_REMAPRING_SHARE_YIELD_SPINS 16384
 
 /** Shortest and longest chunk: shorter ones cost the two processes more
  *  in their shared words and system calls than a second core saves; an
