@@ -10,7 +10,10 @@
  * counts are printed); a receiver that stopped progressing, or that has
  * sharing off, takes none and the operations still complete, all copied by
  * the caller (nor does a caller with sharing off ask); a receiver killed while operations run fails the endpoint
- * with an error, no operation waits forever.
+ * with an error, no operation waits forever; a receiver that breaks the
+ * protocol (gives back a chunk past the end, takes a chunk it never
+ * finishes) fails the operation and the connection with one log line, the
+ * caller's memory untouched past its buffer, within the 10 s timeout.
  *
  * In one process, the helper's side step by step, through requests the
  * test writes as a sender could: it copies the chunks a request leaves,
@@ -165,10 +168,13 @@ protected:
 
         auto *iface = ucs_derived_of(e->iface, uct_remapring_sm_iface_t);
         bool stopped = false;
+        char hostile = 0;
         for (;;) {
             char c;
             if (read(down, &c, 1) == 1) {
-                if (c == 's') {
+                if ((c == 'b') || (c == 'k')) {
+                    hostile = c;
+                } else if (c == 's') {
                     stopped = true;
                 } else if (c == 'c') {
                     int64_t bad = check_pattern(buf, REMOTE_SIZE, SEED + 1);
@@ -183,13 +189,46 @@ protected:
                     }
                 }
             }
-            if (stopped) {
+            if (hostile) {
+                misbehave(iface, hostile);
+            } else if (stopped) {
                 usleep(1000);
             } else {
                 e->progress();
             }
         }
     }
+
+    /* A receiver that does not follow the protocol, on the share words of
+     * every ready connection: 'b' gives back a chunk past the end as soon
+     * as an operation starts, 'k' takes a chunk and never finishes it */
+    static void misbehave(uct_remapring_sm_iface_t *iface, char how)
+    {
+        for (unsigned i = 0; i < iface->rx.ctl.max_peers; ++i) {
+            uct_remapring_conn_t *conn = &iface->rx.ctl.conns[i];
+            if (uct_remapring_conn_state(conn) != UCT_REMAPRING_CONN_READY) {
+                continue;
+            }
+
+            uct_remapring_share_t *share = &conn->share;
+            uint64_t word = __atomic_load_n(&share->claim, __ATOMIC_ACQUIRE);
+            if ((word >> 32) == s_seen_gen) {
+                continue;
+            }
+
+            if (how == 'b') {
+                share->back = 1000;
+                s_seen_gen  = word >> 32;
+            } else if (__atomic_compare_exchange_n(&share->claim, &word,
+                                                   word + 1, 0,
+                                                   __ATOMIC_ACQ_REL,
+                                                   __ATOMIC_RELAXED)) {
+                s_seen_gen = word >> 32;
+            }
+        }
+    }
+
+    static uint64_t s_seen_gen;
 
     template<typename T> T ask(char c)
     {
@@ -230,6 +269,8 @@ protected:
     uct_rkey_bundle_t m_rkey = {};
     bool m_have_rkey        = false;
 };
+
+uint64_t test_uct_share::s_seen_gen = 0;
 
 const size_t SIZES[] = {512 * 1024, 1024 * 1024 - 4096 + 17,
                         4 * 1024 * 1024, REMOTE_SIZE};
@@ -335,6 +376,55 @@ TEST_F(test_uct_share, helper_killed)
     std::cout << "after the kill: " << ucs_status_string(status) << std::endl;
 }
 
+
+TEST_F(test_uct_share, receiver_gives_back_past_the_end)
+{
+    scoped_log_capture capture;
+    fork_helper({});
+    char c = 'b';
+    ASSERT_EQ(1, write(m_down, &c, 1));
+
+    std::vector<uint8_t> local(REMOTE_SIZE + 1, 0xee);
+    uct_iov_t iov = {local.data(), REMOTE_SIZE, nullptr, 0, 1};
+    ucs_status_t status = UCS_OK;
+    for (int i = 0; (i < 200) && (status == UCS_OK); ++i) {
+        status = uct_ep_get_zcopy(m_ep, &iov, 1, m_remote_addr, m_rkey.rkey,
+                                  nullptr);
+    }
+
+    EXPECT_NE(UCS_OK, status) << "200 gets, no bad chunk seen";
+    EXPECT_TRUE(capture.contains("gave back chunk 999 of 64"))
+            << capture.all();
+    EXPECT_EQ(0xee, local[REMOTE_SIZE]) << "written past the end";
+    /* the connection failed: later operations fail at once */
+    EXPECT_NE(UCS_OK, uct_ep_get_zcopy(m_ep, &iov, 1, m_remote_addr,
+                                       m_rkey.rkey, nullptr));
+}
+
+TEST_F(test_uct_share, receiver_never_finishes)
+{
+    scoped_log_capture capture;
+    fork_helper({});
+    char c = 'k';
+    ASSERT_EQ(1, write(m_down, &c, 1));
+    usleep(10000);
+
+    std::vector<uint8_t> local(REMOTE_SIZE);
+    uct_iov_t iov = {local.data(), REMOTE_SIZE, nullptr, 0, 1};
+    ucs_status_t status = UCS_OK;
+    double start        = now();
+    for (int i = 0; (i < 1000) && (status == UCS_OK); ++i) {
+        status = uct_ep_get_zcopy(m_ep, &iov, 1, m_remote_addr, m_rkey.rkey,
+                                  nullptr);
+    }
+
+    double waited = now() - start;
+    std::cout << "failed after " << waited << " s: "
+              << ucs_status_string(status) << std::endl;
+    EXPECT_NE(UCS_OK, status);
+    EXPECT_TRUE(capture.contains("did not finish")) << capture.all();
+    EXPECT_LT(waited, 30.0);
+}
 
 /* ---------------------------------------------- the helper, in one process */
 

@@ -126,6 +126,11 @@ uct_remapring_sm_ep_rma_vec(uct_ep_h tl_ep, struct iovec *local, size_t iovcnt,
         uct_remapring_peer_failed(&peer->super, UCS_ERR_CONNECTION_RESET,
                                   "the receiver process exited");
         return peer->super.status;
+    } else if ((err == ETIMEDOUT) || (err == EPROTO)) {
+        /* the receiver failed its share of a shared copy (logged) */
+        uct_remapring_peer_failed(&peer->super, UCS_ERR_IO_ERROR,
+                                  "a shared copy failed");
+        return peer->super.status;
     }
 
     ucs_error("process_vm_%s(pid %d, 0x%" PRIx64 ", %zu) failed: %s",

@@ -522,6 +522,7 @@ static UCS_CLASS_INIT_FUNC(uct_remapring_sm_iface_t, uct_md_h md,
     self->tx.yield_cursor = 0;
     self->share.min       = config->share_min;
     self->share.asked     = 0;
+    self->share.last_asked = 0;
     self->share.given     = 0;
     self->share.helped    = 0;
     ucs_list_head_init(&self->rx.active);
