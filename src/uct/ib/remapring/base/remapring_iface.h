@@ -59,6 +59,9 @@
  *  (uct_remapring_iface_ops_t::rx_control) */
 #define UCT_REMAPRING_AM_ID_CONTROL UCT_AM_ID_MAX
 
+/** Largest control record */
+#define UCT_REMAPRING_CONTROL_MAX 64
+
 /** Records delivered from one ring per progress call, so that one busy
  *  sender cannot starve the others */
 #define UCT_REMAPRING_RX_BURST 16
@@ -132,9 +135,10 @@ typedef struct uct_remapring_iface_ops {
     int (*peer_can_post)(uct_remapring_peer_t *peer, size_t length);
 
     /** A control record (UCT_REMAPRING_AM_ID_CONTROL) arrived in @a ring, a
-     *  ring of this receiving interface: UCS_OK once handled, or an error
-     *  (logged) that fails the ring. NULL: the transport sends none, and
-     *  one is a bad record */
+     *  ring of this receiving interface: its payload, copied out, the
+     *  record consumed. UCS_OK once handled, or an error (logged) that
+     *  fails the ring. NULL: the transport sends none, and one is a bad
+     *  record */
     ucs_status_t (*rx_control)(uct_remapring_iface_t *iface,
                                remapring_ring_t *ring, const void *payload,
                                size_t length);

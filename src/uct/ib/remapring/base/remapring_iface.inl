@@ -129,25 +129,29 @@ uct_remapring_iface_deliver_copy(uct_remapring_iface_t *iface,
 }
 
 /* A record with an id past the upper layer's: the transport's own control
- * record, handled and consumed; false (logged) if it is not one */
+ * record, copied out and consumed, then handled (the transport may look at
+ * what follows it in the ring); false (logged) if it is not one */
 static UCS_F_NOINLINE int
 uct_remapring_iface_rx_control(uct_remapring_iface_t *iface,
                                remapring_ring_t *ring, remapring_ring_rx_t *rx)
 {
+    uint64_t copy[UCT_REMAPRING_CONTROL_MAX / sizeof(uint64_t)];
+    size_t length = rx->length;
+
     if ((rx->am_id != UCT_REMAPRING_AM_ID_CONTROL) ||
         (iface->ops->rx_control == NULL)) {
         ucs_error("ring %s: bad active message id %u", ring->name,
                   rx->am_id);
         return 0;
-    }
-
-    if (iface->ops->rx_control(iface, ring, rx->payload, rx->length) !=
-        UCS_OK) {
+    } else if (length > sizeof(copy)) {
+        ucs_error("ring %s: control record of %zu bytes, at most %zu",
+                  ring->name, length, sizeof(copy));
         return 0;
     }
 
+    memcpy(copy, rx->payload, length);
     remapring_ring_consume(ring, rx, 0);
-    return 1;
+    return iface->ops->rx_control(iface, ring, copy, length) == UCS_OK;
 }
 
 /* The body of uct_remapring_iface_rx_ring(), @a aligned a constant: whether

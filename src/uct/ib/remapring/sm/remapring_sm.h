@@ -98,7 +98,6 @@ struct uct_remapring_sm_iface {
     } tx;
     struct {
         size_t min; /* UCX_REMAPRING_SHARE_MIN, SIZE_MAX: off */
-        ucs_time_t last_asked; /* when we last asked a receiver */
         uint64_t asked; /* operations we asked a receiver to share */
         uint64_t given; /* chunks of ours a receiver copied */
         uint64_t helped; /* chunks of senders' operations we copied */

@@ -64,6 +64,7 @@
 
 #include <errno.h>
 #include <sched.h>
+
 #include <string.h>
 #include <sys/uio.h>
 
@@ -80,12 +81,6 @@
  *  between taking a chunk and its system call, and resumed later, still
  *  copies that chunk then */
 #define UCT_REMAPRING_SHARE_TIMEOUT 10
-
-/** A process that asked for a share of its own copy within this many
- *  microseconds takes no share of others': two-way traffic, both cores
- *  copying already (MPI bibw 1 MiB fell from 0.86 to 0.67 of posix+cma's
- *  with both sides helping each other) */
-#define UCT_REMAPRING_SHARE_BUSY_US 1000
 
 /** Shortest and longest chunk: shorter ones cost the two processes more
  *  in their shared words and system calls than a second core saves; an
@@ -271,7 +266,6 @@ int uct_remapring_sm_share_rma(uct_remapring_sm_peer_t *peer, void *local,
     }
 
     ++iface->share.asked;
-    iface->share.last_asked = ucs_get_time();
     mine  = uct_remapring_share_take(share, &req, pid, local, &err);
     /* close the operation: what claim held says how many were taken */
     last  = ucs_min((uint32_t)__atomic_exchange_n(
@@ -342,12 +336,11 @@ ucs_status_t uct_remapring_sm_rx_control(uct_remapring_iface_t *tl_iface,
         return UCS_ERR_INVALID_PARAM;
     }
 
-    if ((iface->share.min == SIZE_MAX) ||
-        (ucs_get_time() - iface->share.last_asked <
-         ucs_time_from_usec(UCT_REMAPRING_SHARE_BUSY_US))) {
-        /* sharing is off here, or this process copies its own long
-         * operations (traffic both ways: both cores are busy, and helping
-         * only adds the waits): the requester copies all */
+    if ((iface->share.min == SIZE_MAX) || !remapring_ring_is_empty(ring)) {
+        /* sharing is off here; or more of that sender's records wait
+         * behind its request (traffic both ways, its own messages for us
+         * to take: both cores are busy, and helping would make it wait
+         * for our chunks while it has work): the requester copies all */
         return UCS_OK;
     }
 
