@@ -35,6 +35,7 @@ extern "C" {
 #include "common/uct_fixture.h"
 
 #include <atomic>
+#include <cstdlib>
 #include <cstring>
 #include <iostream>
 #include <thread>
@@ -62,8 +63,23 @@ struct child_info {
     char rkey[256];
 };
 
+/* Shared copies are off under valgrind (remapring_sm_iface.c) */
+static bool under_valgrind()
+{
+    const char *preload = getenv("LD_PRELOAD");
+    return (preload != nullptr) && (strstr(preload, "/vgpreload_") != nullptr);
+}
+
 class test_uct_share : public uct_fixture {
 protected:
+    void SetUp() override
+    {
+        uct_fixture::SetUp();
+        if (!IsSkipped() && under_valgrind()) {
+            GTEST_SKIP() << "shared copies are off under valgrind";
+        }
+    }
+
     void TearDown() override
     {
         if (m_have_rkey) {
@@ -440,6 +456,8 @@ protected:
         if (!cma_allowed()) {
             GTEST_SKIP() << "process_vm_writev into this process is not "
                             "allowed here";
+        } else if (under_valgrind()) {
+            GTEST_SKIP() << "shared copies are off under valgrind";
         }
 
         m_sender   = create_entity();
