@@ -384,22 +384,11 @@ void uct_fixture::fork_receiver(const config_t &config,
     pid_t pid = fork();
     ASSERT_GE(pid, 0);
     if (pid == 0) {
-        std::unique_ptr<entity> e;
+        std::vector<char> addr;
         close(addr_fds[0]);
         close(cmd_fds[1]);
         fcntl(cmd_fds[0], F_SETFL, O_NONBLOCK);
-        if (entity::open(m_component, m_md_name, config, 0, nullptr, nullptr,
-                         &e) != UCS_OK) {
-            _exit(2);
-        }
-        for (uint8_t id = 0; id < UCT_AM_ID_MAX; ++id) {
-            uct_iface_set_am_handler(
-                    e->iface, id,
-                    [](void*, void*, size_t, unsigned) { return UCS_OK; },
-                    NULL, 0);
-        }
-        std::vector<char> addr = e->dev_addr;
-        addr.insert(addr.end(), e->iface_addr.begin(), e->iface_addr.end());
+        std::unique_ptr<entity> e = open_child(config, &addr);
         if (write(addr_fds[1], addr.data(), addr.size()) !=
             (ssize_t)addr.size()) {
             _exit(3);
@@ -424,6 +413,27 @@ void uct_fixture::fork_receiver(const config_t &config,
     ASSERT_GT(len, 0);
     addr_p->resize(len);
     *cmd_p = cmd_fds[1];
+}
+
+std::unique_ptr<entity>
+uct_fixture::open_child(const config_t &config, std::vector<char> *addr_p)
+{
+    std::unique_ptr<entity> e;
+
+    if (entity::open(m_component, m_md_name, config, 0, nullptr, nullptr,
+                     &e) != UCS_OK) {
+        _exit(2);
+    }
+    for (uint8_t id = 0; id < UCT_AM_ID_MAX; ++id) {
+        uct_iface_set_am_handler(
+                e->iface, id,
+                [](void*, void*, size_t, unsigned) { return UCS_OK; }, NULL,
+                0);
+    }
+
+    *addr_p = e->dev_addr;
+    addr_p->insert(addr_p->end(), e->iface_addr.begin(), e->iface_addr.end());
+    return e;
 }
 
 void uct_fixture::kill_child(pid_t pid)

@@ -167,6 +167,14 @@ protected:
     void fork_receiver(const config_t &config, std::vector<char> *addr_p,
                        int *cmd_p);
 
+    /**
+     * In a forked child: open an interface with @a config and an AM handler
+     * for every id that takes each message (_exit(2) if it cannot), and
+     * give its device and interface address, concatenated, in @a addr_p.
+     */
+    std::unique_ptr<entity> open_child(const config_t &config,
+                                       std::vector<char> *addr_p);
+
     /** SIGKILL a forked receiver and reap it */
     void kill_child(pid_t pid);
 

@@ -143,19 +143,9 @@ protected:
 
     void run_helper(const config_t &config, int up, int down)
     {
-        std::unique_ptr<entity> e;
+        std::vector<char> addr;
+        std::unique_ptr<entity> e = open_child(config, &addr);
         uct_mem_h memh;
-
-        if (entity::open(m_component, m_md_name, config, 0, nullptr, nullptr,
-                         &e) != UCS_OK) {
-            _exit(2);
-        }
-        for (uint8_t id = 0; id < UCT_AM_ID_MAX; ++id) {
-            uct_iface_set_am_handler(
-                    e->iface, id,
-                    [](void*, void*, size_t, unsigned) { return UCS_OK; },
-                    NULL, 0);
-        }
 
         void *buf = mmap(NULL, REMOTE_SIZE, PROT_READ | PROT_WRITE,
                          MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
@@ -173,8 +163,6 @@ protected:
             _exit(4);
         }
 
-        std::vector<char> addr = e->dev_addr;
-        addr.insert(addr.end(), e->iface_addr.begin(), e->iface_addr.end());
         info.addr_len = addr.size();
         if ((addr.size() > sizeof(info.addr)) ||
             (memcpy(info.addr, addr.data(), addr.size()),

@@ -103,8 +103,8 @@ static size_t uct_remapring_share_chunk(size_t length)
 {
     size_t chunk = ucs_min(length / 2, UCT_REMAPRING_SHARE_CHUNK_GOOD);
 
-    chunk = ucs_max(chunk, ucs_div_round_up(length,
-                                            UCT_REMAPRING_SHARE_MAX_CHUNKS));
+    chunk = ucs_max(chunk,
+                    ucs_div_round_up(length, UCT_REMAPRING_SHARE_MAX_CHUNKS));
     chunk = ucs_max(chunk, UCT_REMAPRING_SHARE_CHUNK_MIN);
     return ucs_align_up_pow2(chunk, UCS_KBYTE * 4);
 }
@@ -116,8 +116,8 @@ static int uct_remapring_share_copy(const uct_remapring_share_req_t *req,
                                     uint32_t index, pid_t pid, void *own_base,
                                     int helper)
 {
-    size_t offset = (size_t)index * req->chunk;
-    size_t length = ucs_min(req->chunk, req->length - offset);
+    size_t offset       = (size_t)index * req->chunk;
+    size_t length       = ucs_min(req->chunk, req->length - offset);
     uint64_t other_base = helper ? req->requester_addr : req->helper_addr;
     struct iovec local, remote;
     int write;
@@ -127,7 +127,7 @@ static int uct_remapring_share_copy(const uct_remapring_share_req_t *req,
     remote.iov_base = (void *)(uintptr_t)(other_base + offset);
     remote.iov_len  = length;
     /* a get: the helper writes, the requester reads */
-    write           = helper ? req->helper_writes : !req->helper_writes;
+    write = helper ? req->helper_writes : !req->helper_writes;
     return remapring_proc_vm_xfer(pid, &local, 1, &remote, 1, length, write);
 }
 
@@ -159,9 +159,9 @@ static unsigned uct_remapring_share_take(uct_remapring_share_t *share,
 /* Wait until the helper finished the @a taken chunks it took: 0, ESRCH if
  * its process exited meanwhile, ETIMEDOUT past UCT_REMAPRING_SHARE_TIMEOUT
  * (logged) */
-static int
-uct_remapring_share_wait(uct_remapring_sm_peer_t *peer,
-                         uct_remapring_share_t *share, uint64_t taken)
+static int uct_remapring_share_wait(uct_remapring_sm_peer_t *peer,
+                                    uct_remapring_share_t *share,
+                                    uint64_t taken)
 {
     double start   = 0;
     unsigned spins = 0;
@@ -266,13 +266,13 @@ int uct_remapring_sm_share_rma(uct_remapring_sm_peer_t *peer, void *local,
     }
 
     ++iface->share.asked;
-    mine  = uct_remapring_share_take(share, &req, pid, local, &err);
+    mine = uct_remapring_share_take(share, &req, pid, local, &err);
     /* close the operation: what claim held says how many were taken */
-    last  = ucs_min((uint32_t)__atomic_exchange_n(
-                            &share->claim,
-                            uct_remapring_share_word(req.gen, req.nchunks),
-                            __ATOMIC_ACQ_REL),
-                    req.nchunks);
+    last = ucs_min((uint32_t)__atomic_exchange_n(
+                           &share->claim,
+                           uct_remapring_share_word(req.gen, req.nchunks),
+                           __ATOMIC_ACQ_REL),
+                   req.nchunks);
     if (last < mine + (err != 0)) {
         ucs_error("%s: shared copy word rewritten (%u chunks taken, %u of "
                   "them ours)",
@@ -280,14 +280,14 @@ int uct_remapring_sm_share_rma(uct_remapring_sm_peer_t *peer, void *local,
         return EPROTO;
     }
 
-    taken     = last - mine - (err != 0);
-    wait_err  = uct_remapring_share_wait(peer, share, taken);
+    taken    = last - mine - (err != 0);
+    wait_err = uct_remapring_share_wait(peer, share, taken);
     if (wait_err != 0) {
         return wait_err;
     }
 
     iface->share.given += taken;
-    back                = __atomic_load_n(&share->back, __ATOMIC_RELAXED);
+    back = __atomic_load_n(&share->back, __ATOMIC_RELAXED);
     if ((err == 0) && (back != 0)) {
         if (back > req.nchunks) {
             ucs_error("%s: the receiver gave back chunk %" PRIu64 " of %u",
@@ -325,14 +325,12 @@ ucs_status_t uct_remapring_sm_rx_control(uct_remapring_iface_t *tl_iface,
 
     memcpy(&req, payload, sizeof(req));
     if ((req.kind != UCT_REMAPRING_CONTROL_SHARE) || (req.chunk == 0) ||
-        (req.nchunks == 0) ||
-        (req.nchunks > UCT_REMAPRING_SHARE_MAX_CHUNKS) ||
+        (req.nchunks == 0) || (req.nchunks > UCT_REMAPRING_SHARE_MAX_CHUNKS) ||
         (req.nchunks != ucs_div_round_up(req.length, req.chunk)) ||
         (req.helper_writes > 1)) {
         ucs_error("iface %p connection %u: bad share request (kind %u, "
                   "%" PRIu64 " bytes in %u chunks of %u)",
-                  iface, index, req.kind, req.length, req.nchunks,
-                  req.chunk);
+                  iface, index, req.kind, req.length, req.nchunks, req.chunk);
         return UCS_ERR_INVALID_PARAM;
     }
 
@@ -351,8 +349,7 @@ ucs_status_t uct_remapring_sm_rx_control(uct_remapring_iface_t *tl_iface,
         }
 
         if (!__atomic_compare_exchange_n(&share->claim, &word, word + 1, 0,
-                                         __ATOMIC_ACQ_REL,
-                                         __ATOMIC_RELAXED)) {
+                                         __ATOMIC_ACQ_REL, __ATOMIC_RELAXED)) {
             continue;
         }
 
