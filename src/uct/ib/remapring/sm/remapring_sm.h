@@ -133,8 +133,9 @@ ucs_status_t uct_remapring_sm_iface_config_check(
  * Move @a length bytes between @a local and [@a remote_addr, + length) of
  * the receiver (@a write: to it), with the receiver's progress copying some
  * of the chunks if it runs (remapring_sm_share.c); the caller checked the
- * key. Returns 0 when every byte moved, or the errno of the copy that
- * failed (ESRCH: the receiver exited), as remapring_proc_vm_xfer().
+ * key. Returns 0 when every byte moved, the errno of the copy that failed
+ * (ESRCH: the receiver exited), as remapring_proc_vm_xfer(), or -1 if it
+ * could not ask the receiver now (nothing moved: the caller copies alone).
  */
 int uct_remapring_sm_share_rma(uct_remapring_sm_peer_t *peer, void *local,
                                size_t length, uint64_t remote_addr, int write);

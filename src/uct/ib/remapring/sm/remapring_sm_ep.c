@@ -20,7 +20,8 @@
  * Put and get move the bytes with one process_vm_writev/readv loop
  * (remapring_proc_vm_xfer(), shared with the cma wire), or from
  * UCX_REMAPRING_SHARE_MIN on with the receiver's progress copying a share
- * of the chunks (remapring_sm_share.c), and complete when they return, as UCX's cma transport does for its zcopy operations. Not
+ * of the chunks (remapring_sm_share.c), and complete when they return, as
+ * UCX's cma transport does for its zcopy operations. Not
  * UCT's scopy base (uct_scopy_iface_t): it splits every operation into
  * segments that progress from a pending queue and completes them later,
  * and it is the base of an interface class of its own; here put and get
@@ -106,13 +107,16 @@ uct_remapring_sm_ep_rma_vec(uct_ep_h tl_ep, struct iovec *local, size_t iovcnt,
         return status;
     }
 
+    err = -1;
     if ((iovcnt == 1) && (length >= ucs_derived_of(peer->super.iface,
                                                    uct_remapring_sm_iface_t)
                                            ->share.min)) {
         /* long enough for the receiver's core to take a share */
         err = uct_remapring_sm_share_rma(peer, local->iov_base, length,
                                          remote_addr, write);
-    } else {
+    }
+
+    if (err < 0) {
         remote.iov_base = (void *)remote_addr;
         remote.iov_len  = length;
         err = remapring_proc_vm_xfer(pid, local, iovcnt, &remote, 1, length,

@@ -224,17 +224,6 @@ static int uct_remapring_share_ask(uct_remapring_sm_peer_t *peer,
     return 1;
 }
 
-/* One process_vm_writev/readv loop, as without sharing */
-static int uct_remapring_share_alone(pid_t pid, void *local, size_t length,
-                                     uint64_t remote_addr, int write)
-{
-    struct iovec l = {.iov_base = local, .iov_len = length};
-    struct iovec r = {.iov_base = (void *)(uintptr_t)remote_addr,
-                      .iov_len  = length};
-
-    return remapring_proc_vm_xfer(pid, &l, 1, &r, 1, length, write);
-}
-
 int uct_remapring_sm_share_rma(uct_remapring_sm_peer_t *peer, void *local,
                                size_t length, uint64_t remote_addr, int write)
 {
@@ -261,8 +250,7 @@ int uct_remapring_sm_share_rma(uct_remapring_sm_peer_t *peer, void *local,
 
     /* past 64 chunks of 4 GiB, or when the request cannot be sent now */
     if ((chunk > UINT32_MAX) || !uct_remapring_share_ask(peer, share, &req)) {
-        return uct_remapring_share_alone(pid, local, length, remote_addr,
-                                         write);
+        return -1;
     }
 
     ++iface->share.asked;
