@@ -118,7 +118,7 @@ libs="$build/.libs/libremapring_ring.a $build/.libs/libremapring_ucs.a"
 libs+=" -lucp -luct -lucs -lucm -lpthread"
 core="-Wl,--undefined=uct_remapring_init $build/.libs/libuct_remapring_sm.a"
 if [ -f "$build/.libs/libuct_remapring_verbs.a" ]; then
-    core+=" -Wl,--undefined=uct_remapring_verbs_init"
+    core+=" -Wl,--undefined=uct_remaprdma_init"
     core+=" $build/.libs/libuct_remapring_verbs.a"
 fi
 core+=" $build/.libs/libuct_remapring_base.a"

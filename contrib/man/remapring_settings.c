@@ -1,15 +1,19 @@
 /**
  * Copyright (c) remapring contributors. See file LICENSE for terms.
  *
- * Prints the UCX_REMAPRING_* settings as the entries of a manual page
- * (roff), from the configuration tables themselves, as `ucx_info -c -f`
- * finds them: every table on UCS's global list whose prefix is
- * REMAPRING_ (the transports', the memory domains' and the notifier's,
- * which register themselves as the module loads), so the page made from it
+ * Prints the UCX_REMAPRING_* and UCX_REMAPRDMA_* settings as the entries of
+ * a manual page (roff), from the configuration tables themselves, as
+ * `ucx_info -c -f` finds them: every table on UCS's global list whose
+ * prefix is REMAPRING_ or REMAPRDMA_ (the transports', the memory domains'
+ * and the notifier's, which register themselves as the modules load), so
+ * the page made from it
  * at build time cannot drift from what ucx_info prints. UCX's own rows that
  * every transport or memory domain inherits (uct_iface_config_table,
  * uct_md_config_table) are left out: ucx_info documents them. A setting
- * several tables share is printed once.
+ * several tables share is printed once. A table inside another is read, as
+ * UCS reads it, under its own name where it has one (the RDMA transport's
+ * REMAPRING_ table: the ring's settings, shared with the shared-memory
+ * transport), else under the prefix of the table around it.
  *
  * usage: remapring_settings
  */
@@ -75,12 +79,13 @@ static void print_table(const char *prefix, const ucs_config_field_t *fields)
     const ucs_config_field_t *field;
     char name[128], syntax[256];
 
+
     for (field = fields; field->name != NULL; ++field) {
         if (field->parser.read == ucs_config_sscanf_table) {
             if ((field->parser.arg != uct_iface_config_table) &&
                 (field->parser.arg != uct_md_config_table)) {
-                snprintf(name, sizeof(name), "%s%s", prefix, field->name);
-                print_table(name, field->parser.arg);
+                print_table((field->name[0] != '\0') ? field->name : prefix,
+                            field->parser.arg);
             }
             continue;
         }
@@ -112,7 +117,8 @@ int main(int argc, char **argv)
 
     ucs_list_for_each(entry, &ucs_config_global_list, list) {
         if ((entry->prefix != NULL) && (entry->table != NULL) &&
-            !strncmp(entry->prefix, "REMAPRING_", strlen("REMAPRING_"))) {
+            (!strncmp(entry->prefix, "REMAPRING_", strlen("REMAPRING_")) ||
+             !strncmp(entry->prefix, "REMAPRDMA_", strlen("REMAPRDMA_")))) {
             print_table(entry->prefix, entry->table);
         }
     }

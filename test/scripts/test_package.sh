@@ -62,6 +62,7 @@ ucx_deb=$(dpkg-query -W -f='${Version}' libucx0) || fail "libucx0 not installed"
 ucx_ver=${ucx_deb%%-*}
 moduledir=$(pkg-config --variable=libdir ucx)/ucx
 module=$moduledir/libuct_remapring.so
+rdma_module=$moduledir/libuct_remaprdma.so
 
 note "copy the source tree"
 tree=$tmp/remapring-$ver
@@ -132,6 +133,7 @@ awk '$6 !~ /\/$/ {print $6}' "$tmp/contents" | sort > "$tmp/files"
 sort > "$tmp/expected" <<EOF
 ./usr/bin/remapring-run
 .$module
+.$rdma_module
 ./usr/lib/$multiarch/pkgconfig/remapring.pc
 ./usr/share/doc/remapring/README.md.gz
 ./usr/share/doc/remapring/changelog.Debian.gz
@@ -148,7 +150,15 @@ dpkg-deb -x "$deb" "$tmp/root" || fail "dpkg-deb -x"
 elves=$(find "$tmp/root" -type f -exec sh -c \
             'head -c4 "$1" | grep -q "^.ELF" && echo "${1#$2}"' _ {} \
             "$tmp/root" \;)
-[ "$elves" = "$module" ] || fail "ELF files other than the module: $elves"
+[ "$(echo "$elves" | sort | paste -sd' ')" = "$rdma_module $module" ] ||
+    fail "ELF files other than the modules: $elves"
+# the shared-memory module does not link rdma-core; the RDMA one finds it
+# next to itself, and nowhere else
+readelf -d "$tmp/root$module" | grep -q 'NEEDED.*lib\(ibverbs\|rdmacm\)' &&
+    fail "$module links rdma-core"
+[ "$(readelf -d "$tmp/root$rdma_module" |
+     sed -n 's/.*(RUNPATH).*\[\(.*\)\]/\1/p')" = '$ORIGIN' ] ||
+    fail "$rdma_module: RUNPATH is not \$ORIGIN alone"
 grep -qxF "module=\${REMAPRING_MODULE:-$module}" \
     "$tmp/root/usr/bin/remapring-run" || fail "remapring-run loads another path"
 grep -qxF "module=\${moduledir}/libuct_remapring.so" \
@@ -164,7 +174,7 @@ done
 # remapring(7): its settings made from the configuration tables, every one
 zcat "$tmp/root/usr/share/man/man7/remapring.7.gz" > "$tmp/remapring.7"
 for v in UCX_REMAPRING_BLOCK_SIZE UCX_REMAPRING_WIRE UCX_REMAPRING_MEMCACHE \
-         UCX_REMAPRING_NOTIFIER UCX_REMAPRING_VERBS_MODE; do
+         UCX_REMAPRING_NOTIFIER UCX_REMAPRDMA_MODE; do
     grep -qx "\.B $v" "$tmp/remapring.7" || fail "remapring(7) has no $v"
 done
 grep -q '@SETTINGS@' "$tmp/remapring.7" && fail "remapring(7) was not filled in"
@@ -310,6 +320,10 @@ grep -q "Memory domain: remapring" "$tmp/ucx_info" ||
     fail "the memory domain is not listed"
 grep -E "(Memory domain|Transport): remapring" "$tmp/ucx_info" |
     sed 's/^#* */   /'
+# the RDMA module loaded too (no device here: its settings show it)
+remapring-run ucx_info -c > "$tmp/ucx_config" 2>&1 &&
+    grep -q '^UCX_REMAPRDMA_MODE=' "$tmp/ucx_config" ||
+    { cat "$tmp/ucx_config"; fail "remapring-run does not load the RDMA module"; }
 [ "$(remapring-run --print-module)" = "$module" ] ||
     fail "remapring-run --print-module: $(remapring-run --print-module)"
 [ "$(pkg-config --variable=module remapring)" = "$module" ] ||

@@ -4,11 +4,11 @@
 #
 # The soft-RoCE test bed (contrib/vm) works: it sets itself up (cached
 # after the first time) and boots Debian kernels under qemu with rxe0 on a
-# virtio NIC, with the freshly built module added to the guests.
+# virtio NIC, with the freshly built modules added to the guests.
 #   odp     one guest on the trixie-backports 7.x kernel: ODP reported for
 #           RC, ibv_rc_pingpong plain and --odp, UCX's ucx_perftest UCT
 #           am_lat over rc_verbs on rxe0:1, ucx_info -d lists rxe0:1, the
-#           module loads under LD_PRELOAD (test/scripts/vm/rxe_one.sh)
+#           modules load under LD_PRELOAD (test/scripts/vm/rxe_one.sh)
 #   pair    two guests on a qemu socket network: ibv_rc_pingpong and
 #           ib_write_bw between them, and an MPI hello, one rank on each,
 #           launched without ssh, with MPICH and Open MPI where the host
@@ -26,17 +26,16 @@ vm_setup
 
 ucx_version=$("$REMAPRING_SRCDIR/config/ucx-version.sh")
 [ -n "$ucx_version" ] || fail "cannot read the host's UCX version"
-module=(-a "$REMAPRING_MODULE:/payload/libuct_remapring.so")
-[ -f "$REMAPRING_MODULE" ] || fail "no module at $REMAPRING_MODULE"
+vm_modules
 
 for p in $parts; do
     case $p in
     odp)
-        part odp -t 180 -k odp "${module[@]}" "$jobs/rxe_one.sh" odp \
-            "$ucx_version" /payload/libuct_remapring.so ;;
+        part odp -t 180 -k odp "${modules[@]}" "$jobs/rxe_one.sh" odp \
+            "$ucx_version" "$rdma_module" ;;
     pinned)
-        part pinned -t 150 -k pinned "${module[@]}" "$jobs/rxe_one.sh" pinned \
-            "$ucx_version" /payload/libuct_remapring.so ;;
+        part pinned -t 150 -k pinned "${modules[@]}" "$jobs/rxe_one.sh" pinned \
+            "$ucx_version" "$rdma_module" ;;
     pair)
         # the hello, built here against the host's MPIs
         mpi=() adds=()

@@ -39,8 +39,7 @@ parts=${VM_VERBS_PARTS:-odp pair pinned pinned-pair}
 
 vm_setup
 
-[ -f "$REMAPRING_MODULE" ] || fail "no module at $REMAPRING_MODULE"
-module=(-a "$REMAPRING_MODULE:/payload/libuct_remapring.so")
+vm_modules
 mkdir "$tmp/apps"
 for app in ucp_hold ucp_remap; do
     cc -O2 -g -Wall -o "$tmp/apps/$app" \
@@ -96,9 +95,9 @@ one() {
     # guests keep one thread each, the two cores being theirs)
     local -x VM_ACCEL=${VM_ACCEL:-tcg,thread=multi}
     [ ${#harness_args[@]} -eq 0 ] || contrib=/payload/contrib
-    part "$1" -t 1200 -k "$1" "${module[@]}" "${apps[@]}" \
+    part "$1" -t 1200 -k "$1" "${modules[@]}" "${apps[@]}" \
         -a "$jobs:/payload/jobs" "${harness_args[@]}" "$jobs/one.sh" \
-        /payload/jobs "$1" /payload/libuct_remapring.so /payload/apps \
+        /payload/jobs "$1" "$rdma_module" /payload/apps \
         "$contrib" "${suites[@]}"
 }
 
@@ -107,11 +106,11 @@ for p in $parts; do
     odp|pinned)
         one $p ;;
     pair)
-        part pair -t 420 -2 -k odp "${module[@]}" "${apps[@]}" "${mpi[@]}" \
-            "${job[@]}" pair odp /payload/libuct_remapring.so /payload/apps ;;
+        part pair -t 420 -2 -k odp "${modules[@]}" "${apps[@]}" "${mpi[@]}" \
+            "${job[@]}" pair odp "$rdma_module" /payload/apps ;;
     pinned-pair)
-        part pinned-pair -t 420 -2 -k pinned "${module[@]}" "${apps[@]}" \
-            "${mpi[@]}" "${job[@]}" pair pinned /payload/libuct_remapring.so \
+        part pinned-pair -t 420 -2 -k pinned "${modules[@]}" "${apps[@]}" \
+            "${mpi[@]}" "${job[@]}" pair pinned "$rdma_module" \
             /payload/apps ;;
     *)
         fail "VM_VERBS_PARTS: unknown part $p" ;;

@@ -10,6 +10,9 @@
 #                        the test as skipped, a failure fails it with the
 #                        consoles' last lines
 #   vm_times             the times, one line
+#   vm_modules           the two modules, added to a guest: modules (run.sh
+#                        -a arguments) and rdma_module (the RDMA one's path
+#                        in the guest, libuct_remapring.so next to it)
 #
 
 : "${REMAPRING_SRCDIR:=$(cd "$(dirname "$0")/../.." && pwd)}"
@@ -52,6 +55,15 @@ vm_setup() {
     [ $rc -eq 77 ] && exit 77
     [ $rc -eq 0 ] || fail "setup: status $rc"
     times+=("setup $((SECONDS - t)) s")
+}
+
+vm_modules() {
+    local rdma=${REMAPRING_RDMA_MODULE:-$(dirname "$REMAPRING_MODULE")/libuct_remaprdma.so}
+    [ -f "$REMAPRING_MODULE" ] || fail "no module at $REMAPRING_MODULE"
+    [ -f "$rdma" ] || fail "no RDMA module at $rdma (built without rdma-core?)"
+    modules=(-a "$REMAPRING_MODULE:/payload/libuct_remapring.so"
+             -a "$rdma:/payload/libuct_remaprdma.so")
+    rdma_module=/payload/libuct_remaprdma.so
 }
 
 vm_times() {

@@ -155,12 +155,9 @@ protected:
                                 " run in the test bed's guest (test_vm_verbs)";
             }
 
-            /* the shared-memory device left out: the traffic is on the
-             * RDMA device, looped back */
+            /* the RDMA transport alone, looped back on the device */
             m_config.insert(m_config.begin(),
-                            {{"TLS", "remapring"},
-                             {"NET_DEVICES", device},
-                             {"SHM_DEVICES", ""}});
+                            {{"TLS", "remaprdma"}, {"NET_DEVICES", device}});
         } else {
             if (!host_supported()) {
                 GTEST_SKIP() << "process_vm_writev to ourselves is not"

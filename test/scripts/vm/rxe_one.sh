@@ -10,9 +10,9 @@
 #           am_lat over rc_verbs on rxe0:1 passes
 #   pinned  no ODP reported; ibv_rc_pingpong plain passes, --odp refuses
 #   both    ucx_info -d lists rxe0:1 for rc_verbs; the guest's UCX is
-#           UCX_VERSION (the host's); MODULE (libuct_remapring.so), if
-#           given, loads under LD_PRELOAD with UCX_TLS=remapring and
-#           ucx_info -d lists its transport
+#           UCX_VERSION (the host's); MODULE (libuct_remaprdma.so, with
+#           libuct_remapring.so next to it), if given, loads under
+#           LD_PRELOAD and ucx_info -d lists both transports
 #
 . /vm/lib.sh
 
@@ -92,16 +92,21 @@ fi
 
 if [ -n "$module" ]; then
     vm_note "$module preloaded"
-    LD_PRELOAD=$module UCX_TLS=remapring ucx_info -d > /tmp/module 2>&1
+    LD_PRELOAD=$module UCX_TLS=remapring,remaprdma ucx_info -d \
+        > /tmp/module 2>&1
     st=$?
-    sed -n '/Memory domain: remapring/,/Device:/p' /tmp/module | sed 's/^/   /'
+    sed -n '/Memory domain: \(memory\|rxe0\)/,/Device:/p' /tmp/module |
+        sed 's/^/   /'
     grep -E 'UCX  (ERROR|WARN)' /tmp/module | sed 's/^/   /'
     [ $st -eq 0 ] || bad "ucx_info -d with the module: status $st"
     grep -q 'UCX  ERROR\|cannot open\|undefined symbol' /tmp/module &&
         bad "errors while loading the module"
-    grep -q 'Transport: remapring' /tmp/module &&
-        check "the module loads, ucx_info -d lists its transport" ||
-        bad "ucx_info -d lists no remapring transport"
+    # the RDMA module, and the shared-memory one it links
+    for tl in remapring remaprdma; do
+        grep -q "Transport: $tl\$" /tmp/module &&
+            check "the modules load, ucx_info -d lists $tl" ||
+            bad "ucx_info -d lists no $tl transport"
+    done
 fi
 
 [ $errors -eq 0 ] || vm_fail "$errors check(s) failed on $VM_KERNEL"

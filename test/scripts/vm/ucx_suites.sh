@@ -3,17 +3,17 @@
 #
 # Job for one test bed guest (contrib/vm/run.sh), run by test_vm_verbs.sh:
 # UCX's own UCT suites (contrib/ucx-gtest.sh, the harness built on the
-# host and added at its cache path) with the module preloaded, on the
-# verbs device only. In a guest the transport has two devices, memory and
-# rxe0:1; the host's test command already runs every suite on memory, so
-# here only the cases instantiated on rxe0:1 (and, for test_md, on the
-# rxe0 memory domain of the remapring_verbs component) run, read from the
-# harness's --gtest_list_tests, all in one run of the harness (each start
-# of it costs seconds under TCG).
+# host and added at its cache path) with the RDMA module preloaded, on the
+# RDMA transport only: the cases instantiated on remaprdma/rxe0:1 (and,
+# for test_md, on the rxe0 memory domain of the remaprdma component), read
+# from the harness's --gtest_list_tests, all in one run of the harness
+# (each start of it costs seconds under TCG). The host's test command
+# already runs every suite on the shared-memory transport.
 #
 # usage: ucx_suites.sh CONTRIB MODULE SUITE...
 #   CONTRIB  the tree's contrib/ directory, added to the guest
-#   SUITE    a suite of the remapring instance, e.g. uct_flush_test
+#   MODULE   libuct_remaprdma.so
+#   SUITE    a suite of the harness, e.g. uct_flush_test
 # Prints, per suite, its cases on the device and how many passed, skipped
 # (with UCX's reason) and failed; fails if a case failed or none ran.
 #
@@ -27,14 +27,14 @@ harness=$(bash "$contrib/ucx-gtest.sh" build 2>/dev/null | tail -1)
 # the cases of each suite whose parameter is the verbs device, as
 # --gtest_list_tests names them:
 #   remapring/uct_flush_test.
-#     am_flush_ep_nb/1  # GetParam() = remapring/rxe0:1
+#     am_flush_ep_nb/1  # GetParam() = remaprdma/rxe0:1
 filter=
 for s in "$@"; do
     cases=$(LD_PRELOAD=$module "$harness" --gtest_list_tests \
-                --gtest_filter="remapring/$s.*:remapring_verbs/$s.*" \
+                --gtest_filter="remaprdma/$s.*" \
                 2>/dev/null |
             awk '/^[^ ]/ { suite = $1; next }
-                 /GetParam\(\) = (remapring\/)?rxe[0-9]+(:[0-9]+)?$/ {
+                 /GetParam\(\) = (remaprdma\/)?rxe[0-9]+(:[0-9]+)?$/ {
                      print suite $1 }')
     n=$(echo "$cases" | grep -c . || true)
     echo "   $s: $n cases on rxe0"
@@ -51,13 +51,13 @@ st=$?
 # per suite: passed, skipped, failed, from the harness's own lines and the
 # summary ucx-gtest.sh prints (skips and failures by name)
 awk '
-    /^\[ RUN      \] / { split($4, p, "."); s = p[1]; sub(/^remapring(_verbs)?\//, "", s)
+    /^\[ RUN      \] / { split($4, p, "."); s = p[1]; sub(/^remaprdma\//, "", s)
                          seen[s]++; order[s] = order[s] ? order[s] : ++ns
                          name[ns] = s }
     /^ucx-gtest: skipped / { split($3, p, "."); s = p[1]
-                             sub(/^remapring(_verbs)?\//, "", s); skip[s]++ }
+                             sub(/^remaprdma\//, "", s); skip[s]++ }
     /^ucx-gtest: FAILED / { split($3, p, "."); s = p[1]
-                            sub(/^remapring(_verbs)?\//, "", s); fail[s]++ }
+                            sub(/^remaprdma\//, "", s); fail[s]++ }
     END {
         for (i = 1; i <= ns; i++) {
             s = name[i]

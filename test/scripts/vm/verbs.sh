@@ -2,7 +2,7 @@
 # Copyright (c) remapring contributors. See file LICENSE for terms.
 #
 # Job for the test bed (contrib/vm/run.sh), run by test_vm_verbs.sh: the
-# remapring verbs wire on rxe0:1, next to UCX's own transports measured in
+# RDMA transport (remaprdma) on rxe0:1, next to UCX's own transports measured in
 # the same boot.
 #
 # usage: verbs.sh one|pair MODE MODULE [APPS]
@@ -10,7 +10,8 @@
 #   pair    two guests: the servers on vm-a, the clients on vm-b, where
 #           the figures are printed
 #   MODE    odp or pinned: the mode the interface must report
-#   MODULE  libuct_remapring.so, preloaded
+#   MODULE  libuct_remaprdma.so, preloaded (libuct_remapring.so, which it
+#           links, next to it)
 #   APPS    a directory with programs of test/apps built on the host:
 #           ucp_hold, ucp_remap and gtest_ucp_rules (the UCP suite,
 #           test/gtest) in one guest (ucp_remap has two workers in one
@@ -18,20 +19,20 @@
 #           mpi_pingpong_mpich between two (MPI needs run.sh -M)
 # Runs, the shm devices left out (UCX_SHM_DEVICES= ) so that the traffic
 # is on rxe0:1:
-#   ucx_info -d lists remapring on rxe0:1, the log names MODE
+#   ucx_info -d lists remaprdma on rxe0:1, the log names MODE
 #   pair: UCT am_lat (short, 8 B), am_bw (bcopy and zcopy, 8000 B:
 #   rc_verbs' largest zcopy is its 8 KiB segment) and put_bw (zcopy 64 KiB)
-#   over remapring and over rc_verbs, ratios printed; UCP tag_lat (8 B),
-#   tag_bw (1 MiB) and ucp_am_bw (32 KiB) over remapring,self and over
+#   over remaprdma and over rc_verbs, ratios printed; UCP tag_lat (8 B),
+#   tag_bw (1 MiB) and ucp_am_bw (32 KiB) over remaprdma,self and over
 #   tcp,self, ratios printed; the lanes UCP chose
 #   a receiver killed while the sender streams: the sender fails within a
 #   second (one guest)
 #   the memory (resident, pinned) of a server and a client connected over
-#   remapring and over rc_verbs (one guest)
+#   remaprdma and over rc_verbs (one guest)
 #   ucp_hold: held messages while the sender laps the ring, bytes checked
 #   pair, with APPS: ucp_hold with the receiver on vm-a and the sender on
 #   vm-b (-L/-C), and test/apps/mpi_pingpong (APPS/mpi_pingpong_ompi and
-#   _mpich, built on the host) across the guests over remapring,self
+#   _mpich, built on the host) across the guests over remaprdma,self
 #   ucp_remap: a buffer sent by rendezvous (RDMA READ from its
 #   registration), unmapped, new memory mapped at its address (mmap
 #   MAP_FIXED, mremap): each round's receiver sees the new memory
@@ -58,15 +59,15 @@ rr=(env LD_PRELOAD="$module" UCX_NET_DEVICES=rxe0:1 UCX_SHM_DEVICES=)
 
 if [ "$VM_ROLE" = a ]; then
     vm_note "ucx_info -d, the module preloaded"
-    "${rr[@]}" UCX_TLS=remapring UCX_LOG_LEVEL=info ucx_info -d \
+    "${rr[@]}" UCX_TLS=remaprdma UCX_LOG_LEVEL=info ucx_info -d \
         > /tmp/info 2>&1 || bad "ucx_info -d: status $?"
-    sed -n '/Transport: remapring/,/Device:/p' /tmp/info | sed 's/^/   /'
-    grep 'remapring' /tmp/info | grep -E 'UCX  (INFO|WARN|ERROR)' |
+    sed -n '/Transport: remaprdma/,/Device:/p' /tmp/info | sed 's/^/   /'
+    grep 'remaprdma' /tmp/info | grep -E 'UCX  (INFO|WARN|ERROR)' |
         sed 's/^/   /'
-    awk '/Transport: remapring/ { t = 1; next }
+    awk '/Transport: remaprdma/ { t = 1; next }
          t && /Device:/ { print $3; t = 0 }' /tmp/info | grep -qx 'rxe0:1' &&
-        check "ucx_info -d: remapring on rxe0:1" ||
-        bad "ucx_info -d lists no remapring on rxe0:1"
+        check "ucx_info -d: remaprdma on rxe0:1" ||
+        bad "ucx_info -d lists no remaprdma on rxe0:1"
     grep -q "rxe0:1 listens on .*$mode mode" /tmp/info &&
         check "the log names the $mode mode" ||
         bad "no log line names the $mode mode"
@@ -117,9 +118,9 @@ ucp() {
         grep -h -o 'ep_cfg\[[0-9]*\]: .*' "/tmp/$name.out" | sort -u |
             sed "s/^/   $name lanes: /" > "/tmp/$name.lanes"
         cat "/tmp/$name.lanes"
-        if [ "${tls%%,*}" = remapring ] && [ -n "$client" ] &&
-           ! grep -q 'remapring/rxe0:1' "/tmp/$name.lanes"; then
-            bad "$test: no lane on remapring/rxe0:1"
+        if [ "${tls%%,*}" = remaprdma ] && [ -n "$client" ] &&
+           ! grep -q 'remaprdma/rxe0:1' "/tmp/$name.lanes"; then
+            bad "$test: no lane on remaprdma/rxe0:1"
         fi
     else
         bad "$test over $tls"
@@ -129,23 +130,23 @@ ucp() {
 # the figures between two guests (in one, the loopback would only repeat
 # them at the cost of a minute under TCG)
 if [ "$where" = pair ]; then
-    vm_note "UCT, remapring and rc_verbs"
-    for tl in remapring rc_verbs; do
+    vm_note "UCT, remaprdma and rc_verbs"
+    for tl in remaprdma rc_verbs; do
         uct am_lat am_lat $tl 3 -s 8 -n 300 -w 30
         uct am_bw_bcopy am_bw $tl 7 -D bcopy -s 8000 -n 300 -w 30
         uct am_bw_zcopy am_bw $tl 7 -D zcopy -s 8000 -n 300 -w 30
         uct put_bw put_bw $tl 7 -D zcopy -s 65536 -n 200 -w 20
     done
 
-    vm_note "UCP, remapring,self and tcp,self"
-    for tls in remapring,self tcp,self; do
+    vm_note "UCP, remaprdma,self and tcp,self"
+    for tls in remaprdma,self tcp,self; do
         ucp tag_lat $tls 3 -s 8 -n 300 -w 30
         ucp tag_bw $tls 7 -s 1048576 -n 30 -w 3
         ucp ucp_am_bw $tls 7 -s 32768 -n 200 -w 20
     done
 
     if [ -n "$client" ]; then
-        vm_note "ratios, remapring to the other transport in this boot"
+        vm_note "ratios, remaprdma to the other transport in this boot"
         awk '{ split($1, k, "/"); v[$1] = $3; t[k[1]] = 1 }
              END {
                  split("am_lat am_bw_bcopy am_bw_zcopy put_bw tag_lat tag_bw" \
@@ -153,13 +154,13 @@ if [ "$where" = pair ]; then
                  for (i = 1; i in order; ++i) {
                      n = order[i]
                      other = (n ~ /^(tag|ucp)/) ? "tcp" : "rc_verbs"
-                     if (!((n "/remapring") in v) || !((n "/" other) in v))
+                     if (!((n "/remaprdma") in v) || !((n "/" other) in v))
                          continue
                      unit = (n ~ /lat/) ? "us" : "MB/s"
-                     printf "   %-11s remapring %10.2f %s, %-8s %10.2f %s," \
-                            " ratio %.2f\n", n, v[n "/remapring"], unit, other,
+                     printf "   %-11s remaprdma %10.2f %s, %-8s %10.2f %s," \
+                            " ratio %.2f\n", n, v[n "/remaprdma"], unit, other,
                             v[n "/" other], unit,
-                            v[n "/remapring"] / v[n "/" other]
+                            v[n "/remaprdma"] / v[n "/" other]
                  }
              }' $figures
         sed 's/^/   figure: /' $figures
@@ -203,12 +204,12 @@ killed() {
     local failed='(connection to |ep 0x[0-9a-f]+ to )'
     port=$((port + 1))
     vm_note "peer failure: the receiver killed while the sender streams"
-    timeout 60 "${rr[@]}" ucx_perftest -t am_bw -x remapring -d rxe0:1 \
+    timeout 60 "${rr[@]}" ucx_perftest -t am_bw -x remaprdma -d rxe0:1 \
         -D bcopy -s 8000 -n 100000000 -p "$p" > /tmp/killed.server 2>&1 &
     spid=$!
     vm_wait_listen - "$p" 30
     timeout 60 "${rr[@]}" UCX_LOG_LEVEL=diag stdbuf -oL -eL ucx_perftest \
-        -t am_bw -x remapring -d rxe0:1 -D bcopy -s 8000 -n 100000000 \
+        -t am_bw -x remaprdma -d rxe0:1 -D bcopy -s 8000 -n 100000000 \
         -p "$p" "$VM_IP" > /tmp/killed.client 2>&1 &
     cpid=$!
     sleep 3
@@ -252,7 +253,7 @@ killed() {
 #  - hooks off (UCX_MEM_MALLOC_HOOKS=n, UCX_MEM_MMAP_HOOK_MODE=none),
 #    UCM_EVENT_VM_UNMAPPED declared external for the uffd engine
 #    (UCX_REMAPRING_NOTIFIER=uffd UCX_REMAPRING_UCM_EXTERNAL=y), which
-#    reports only what remapring registered;
+#    reports only what remaprdma registered;
 #  - UCX's defaults (UCM's hooks), the buffer unmapped by a raw system call,
 #    as Go's runtime or a static binary does;
 # both: the IB cache goes stale, the receiver reads an earlier round's
@@ -322,22 +323,22 @@ stale_read() {
 
 if [ "$where" = one ]; then
     killed
-    vm_note "memory of one connection, remapring and rc_verbs"
-    memuse remapring
+    vm_note "memory of one connection, remaprdma and rc_verbs"
+    memuse remaprdma
     memuse rc_verbs
 fi
 
 if [ -n "$apps" ] && [ "$where" = one ]; then
-    vm_note "ucp_hold over remapring,self on rxe0:1"
-    "${rr[@]}" UCX_TLS=remapring,self timeout 300 "$apps/ucp_hold" -n 3000 \
+    vm_note "ucp_hold over remaprdma,self on rxe0:1"
+    "${rr[@]}" UCX_TLS=remaprdma,self timeout 300 "$apps/ucp_hold" -n 3000 \
         -s 7 -M 262144 > /tmp/hold 2>&1
     st=$?
     grep -v 'UCX  \(INFO\|DIAG\)' /tmp/hold | tail -12 | sed 's/^/   /'
     [ $st -eq 0 ] && grep -q '^receiver: 0 errors, 0 lost' /tmp/hold &&
         check "ucp_hold" || bad "ucp_hold: status $st"
 
-    vm_note "ucp_remap over remapring on rxe0:1, rendezvous by RDMA READ"
-    "${rr[@]}" UCX_TLS=remapring,self UCX_RNDV_SCHEME=get_zcopy \
+    vm_note "ucp_remap over remaprdma on rxe0:1, rendezvous by RDMA READ"
+    "${rr[@]}" UCX_TLS=remaprdma,self UCX_RNDV_SCHEME=get_zcopy \
         UCX_RNDV_THRESH=16k timeout 120 "$apps/ucp_remap" -s 1048576 -r 6 \
         > /tmp/remap 2>&1
     st=$?
@@ -362,13 +363,13 @@ fi
 
 # ucp_hold across the guests: the receiver on a, the sender on b
 if [ "$where" = pair ] && [ -n "$apps" ]; then
-    vm_note "ucp_hold from vm-b to vm-a over remapring,self on rxe0:1"
+    vm_note "ucp_hold from vm-b to vm-a over remaprdma,self on rxe0:1"
     if [ "$VM_ROLE" = a ]; then
         hold=(-L 17800)
     else
         hold=(-C vm-a:17800)
     fi
-    "${rr[@]}" UCX_TLS=remapring,self timeout 300 "$apps/ucp_hold" -n 3000 \
+    "${rr[@]}" UCX_TLS=remaprdma,self timeout 300 "$apps/ucp_hold" -n 3000 \
         -s 7 -M 262144 "${hold[@]}" > /tmp/hold 2>&1
     st=$?
     grep -v 'UCX  \(INFO\|DIAG\)' /tmp/hold | tail -6 | sed 's/^/   /'
@@ -381,18 +382,18 @@ if [ "$where" = pair ] && [ -n "$apps" ]; then
     fi
 fi
 
-# MPI across the guests over remapring: two ranks, one on each guest,
+# MPI across the guests over remaprdma: two ranks, one on each guest,
 # launched from a without ssh (contrib/vm/guest/lib.sh)
 if [ "$where" = pair ] && [ -n "$apps" ]; then
     if [ "$VM_ROLE" = a ]; then
         for mpi in ompi mpich; do
             [ -x "$apps/mpi_pingpong_$mpi" ] || continue
-            (export LD_PRELOAD=$module UCX_TLS=remapring,self \
+            (export LD_PRELOAD=$module UCX_TLS=remaprdma,self \
                     UCX_NET_DEVICES=rxe0:1 UCX_SHM_DEVICES= \
                     VM_MPI_TIMEOUT=180
-             vm_mpi_check "$mpi" "$apps/mpi_pingpong_$mpi" remapring/rxe0:1 \
-                 3 16) && check "MPI ping-pong, $mpi, over remapring" ||
-                bad "MPI ping-pong with $mpi over remapring"
+             vm_mpi_check "$mpi" "$apps/mpi_pingpong_$mpi" remaprdma/rxe0:1 \
+                 3 16) && check "MPI ping-pong, $mpi, over remaprdma" ||
+                bad "MPI ping-pong with $mpi over remaprdma"
         done
     fi
     vm_barrier mpi || bad "the guests did not meet after MPI"

@@ -31,6 +31,9 @@
 
 #include "remapring_iface.h"
 
+/* the base a transport of ours in another module calls (ring_api.h) */
+REMAPRING_API_BEGIN
+
 
 /**
  * A sending interface's connection to one receiving interface, shared by
@@ -187,5 +190,7 @@ uct_remapring_peer_send_failed(uct_remapring_peer_t *peer, ucs_status_t status);
     UCT_CHECK_PARAM((size_t)(_length) <= (size_t)(_max),                       \
                     "Invalid %s length: %zu (expected: <= %zu)", _name,        \
                     (size_t)(_length), (size_t)(_max))
+
+REMAPRING_API_END
 
 #endif

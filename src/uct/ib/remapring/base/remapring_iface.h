@@ -24,6 +24,9 @@
 #include <ucs/datastruct/khash.h>
 #include <ucs/datastruct/list.h>
 
+/* the base a transport of ours in another module calls (ring_api.h) */
+REMAPRING_API_BEGIN
+
 
 /** Largest UCX_REMAPRING_RX_INLINE */
 #define UCT_REMAPRING_RX_INLINE_MAX 4096
@@ -290,5 +293,7 @@ ucs_status_t uct_remapring_iface_fence(uct_iface_h tl_iface, unsigned flags);
 
 /** What every transport on the ring gives UCT's internal operations */
 extern uct_iface_internal_ops_t uct_remapring_iface_internal_ops;
+
+REMAPRING_API_END
 
 #endif

@@ -17,11 +17,19 @@
 
 #include <uct/base/uct_md.h>
 #include <ucs/memory/memcache.h>
+#include <uct/ib/remapring/ring/ring_api.h>
+
+/* the base a transport of ours in another module calls (ring_api.h) */
+REMAPRING_API_BEGIN
 
 
-/** Name of the transports on the ring, and of the shared-memory one's
- *  component and memory domain */
+/** Name of the shared-memory transport, its component and memory domain */
 #define UCT_REMAPRING_NAME "remapring"
+
+/** Prefix of the settings of the shared-memory transport and its memory
+ *  domain (UCX_REMAPRING_*); a transport of its own on the ring reads them
+ *  too, under a longer prefix of its own that overrides them */
+#define UCT_REMAPRING_CONFIG_PREFIX "REMAPRING_"
 
 
 /**
@@ -133,12 +141,14 @@ ucs_status_t uct_remapring_rkey_release(uct_component_t *component,
 
 /**
  * Define @a _var, the UCT component @a _name of memory domains on the ring,
- * whose md settings are the shared UCX_REMAPRING_* ones (the one place a
- * component of ours is spelled out).
+ * whose md settings are @a _cfg_table under @a _cfg_prefix, a table whose
+ * structure is uct_remapring_md_config_t (the one place a component of ours
+ * is spelled out).
  */
 /* clang-format off */
-#define UCT_REMAPRING_COMPONENT_DEFINE(_var, _name, _query_md_resources, \
-                                       _md_open, _rkey_unpack) \
+#define UCT_REMAPRING_COMPONENT_DEFINE(_var, _name, _cfg_prefix, _cfg_table, \
+                                       _query_md_resources, _md_open, \
+                                       _rkey_unpack) \
     uct_component_t _var = { \
         .query_md_resources = _query_md_resources, \
         .md_open            = _md_open, \
@@ -151,8 +161,8 @@ ucs_status_t uct_remapring_rkey_release(uct_component_t *component,
         .name               = _name, \
         .md_config          = { \
             .name           = _name " memory domain", \
-            .prefix         = "REMAPRING_", \
-            .table          = uct_remapring_md_config_table, \
+            .prefix         = _cfg_prefix, \
+            .table          = _cfg_table, \
             .size           = sizeof(uct_remapring_md_config_t), \
         }, \
         .cm_config          = UCS_CONFIG_EMPTY_GLOBAL_LIST_ENTRY, \
@@ -169,5 +179,7 @@ ucs_status_t uct_remapring_rkey_release(uct_component_t *component,
  * which guards against truncated or foreign keys.
  */
 uint32_t uct_remapring_rkey_check_word(const void *rkey, size_t size);
+
+REMAPRING_API_END
 
 #endif

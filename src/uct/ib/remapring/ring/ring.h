@@ -38,6 +38,9 @@
 #include <stdint.h>
 #include <sys/uio.h>
 
+/* the base a transport of ours in another module calls (ring_api.h) */
+REMAPRING_API_BEGIN
+
 BEGIN_C_DECLS
 
 
@@ -863,5 +866,7 @@ remapring_ring_writer_max_payload(const remapring_ring_writer_t *writer)
 }
 
 END_C_DECLS
+
+REMAPRING_API_END
 
 #endif

@@ -49,6 +49,10 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <uct/ib/remapring/ring/ring_api.h>
+
+/* the base a transport of ours in another module calls (ring_api.h) */
+REMAPRING_API_BEGIN
 
 BEGIN_C_DECLS
 
@@ -199,5 +203,7 @@ static inline uint64_t remapring_copy_resident(const remapring_copies_t *copies)
 }
 
 END_C_DECLS
+
+REMAPRING_API_END
 
 #endif

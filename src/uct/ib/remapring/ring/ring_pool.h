@@ -58,14 +58,12 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <uct/ib/remapring/ring/ring_api.h>
+
+/* the base a transport of ours in another module calls (ring_api.h) */
+REMAPRING_API_BEGIN
 
 BEGIN_C_DECLS
-
-
-/* Everything is built with -fvisibility=hidden: the module a UCX process
- * loads exports only what is marked so (and the linker's export list, the
- * module's *.sym, says the same) */
-#define REMAPRING_EXPORT __attribute__((visibility("default")))
 
 
 #define REMAPRING_POOL_BLOCK_NONE UINT32_MAX
@@ -415,5 +413,7 @@ remapring_pool_block_of(const remapring_pool_t *pool, const void *addr)
 }
 
 END_C_DECLS
+
+REMAPRING_API_END
 
 #endif

@@ -612,7 +612,8 @@ static UCS_CLASS_DEFINE_DELETE_FUNC(uct_remapring_sm_iface_t, uct_iface_t);
 
 UCT_TL_DEFINE_ENTRY(&uct_remapring_sm_component, remapring,
                     uct_remapring_sm_query_tl_devices, uct_remapring_sm_iface_t,
-                    "REMAPRING_", uct_remapring_sm_iface_config_table,
+                    UCT_REMAPRING_CONFIG_PREFIX,
+                    uct_remapring_sm_iface_config_table,
                     uct_remapring_sm_iface_config_t);
 
 /* UCX 1.13 loads only the modules compiled into libuct; this module is

@@ -6,7 +6,7 @@
 #define UCT_REMAPRING_VERBS_H_
 
 /*
- * The RDMA transport ("remapring_verbs"): the ring over RDMA, between hosts.
+ * The RDMA transport ("remaprdma"): the ring over RDMA, between hosts.
  *
  * Devices are the ports of the verbs devices that carry an IP address
  * (RoCE: an IPv4-mapped GID), "rxe0:1"; each has its memory domain (the
@@ -31,7 +31,7 @@
  * an empty write whose immediate carries the STALL bit, and its grant
  * doubles as on the shm wire.
  *
- * Modes, chosen from what the device reports (UCX_REMAPRING_VERBS_MODE):
+ * Modes, chosen from what the device reports (UCX_REMAPRDMA_MODE):
  *   odp     the ring view is registered with explicit On-Demand Paging; the
  *           writer writes to view + (offset % W), and a block the receiver
  *           remaps under a slot (mmap MAP_FIXED) is followed by the device
@@ -93,8 +93,8 @@ typedef enum {
 
 
 /**
- * Transport configuration (UCX_REMAPRING_VERBS_*, and UCX_REMAPRING_* for
- * the settings every transport on the ring shares).
+ * Transport configuration (UCX_REMAPRDMA_*; the ring's settings are read
+ * under UCX_REMAPRING_* first, for both transports on it).
  */
 typedef struct uct_remapring_verbs_iface_config {
     uct_remapring_iface_config_t super;
@@ -365,9 +365,16 @@ typedef struct uct_remapring_verbs_iface {
 
 /* --------------------------------------------------------- memory domain */
 
-/** Name of the component of the verbs memory domains; its transport is
- *  "remapring", as the shared-memory one */
-#define UCT_REMAPRING_VERBS_COMPONENT_NAME "remapring_verbs"
+/** Name of the RDMA transport, of its component and of its module
+ *  (libuct_remaprdma.so): a transport of its own (UCX_TLS=remaprdma), beside
+ *  the shared-memory one (UCX_TLS=remapring); at most 9 characters, UCT's
+ *  limit for a transport's name */
+#define UCT_REMAPRING_VERBS_NAME "remaprdma"
+
+/** Prefix of its settings (UCX_REMAPRDMA_*); the ring's and the memory
+ *  domain's are read under UCX_REMAPRING_* first, for both transports, then
+ *  under UCX_REMAPRDMA_*, for this one */
+#define UCT_REMAPRING_VERBS_CONFIG_PREFIX "REMAPRDMA_"
 
 /** The component of the verbs memory domains and of the RDMA transport */
 extern uct_component_t uct_remapring_verbs_component;

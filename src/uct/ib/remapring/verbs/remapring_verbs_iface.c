@@ -71,11 +71,13 @@ static const char *uct_remapring_verbs_mode_names[] = {
 
 /* clang-format off */
 static ucs_config_field_t uct_remapring_verbs_iface_config_table[] = {
-    {"", "", NULL,
+    /* UCX_REMAPRING_<NAME> sets a ring setting for both transports,
+     * UCX_REMAPRDMA_<NAME> for this one only */
+    {UCT_REMAPRING_CONFIG_PREFIX, "", NULL,
      ucs_offsetof(uct_remapring_verbs_iface_config_t, super),
      UCS_CONFIG_TYPE_TABLE(uct_remapring_iface_config_table)},
 
-    {"VERBS_MODE", "auto",
+    {"MODE", "auto",
      "How a receiver places the ring its senders write:\n"
      " odp    - the ring view is registered with explicit On-Demand Paging:\n"
      "          a block remapped under a slot is followed by the device.\n"
@@ -85,7 +87,7 @@ static ucs_config_field_t uct_remapring_verbs_iface_config_table[] = {
      ucs_offsetof(uct_remapring_verbs_iface_config_t, mode),
      UCS_CONFIG_TYPE_ENUM(uct_remapring_verbs_mode_names)},
 
-    {"VERBS_SQ_SIZE", "256",
+    {"SQ_SIZE", "256",
      "Send queue of each RC connection: requests a sender may have in flight\n"
      "to one receiver. Between "
      UCS_PP_MAKE_STRING(UCT_REMAPRING_VERBS_SQ_SIZE_MIN) " and "
@@ -93,7 +95,7 @@ static ucs_config_field_t uct_remapring_verbs_iface_config_table[] = {
      ucs_offsetof(uct_remapring_verbs_iface_config_t, sq_size),
      UCS_CONFIG_TYPE_UINT},
 
-    {"VERBS_SRQ_SIZE", "1024",
+    {"SRQ_SIZE", "1024",
      "Receive requests an interface keeps posted, shared by all its\n"
      "connections: one is taken by each record's immediate. Between "
      UCS_PP_MAKE_STRING(UCT_REMAPRING_VERBS_SRQ_SIZE_MIN) "\nand "
@@ -101,14 +103,14 @@ static ucs_config_field_t uct_remapring_verbs_iface_config_table[] = {
      ucs_offsetof(uct_remapring_verbs_iface_config_t, srq_size),
      UCS_CONFIG_TYPE_UINT},
 
-    {"VERBS_STAGING", "auto",
+    {"STAGING", "auto",
      "Registered buffer a sender copies each record into before the device\n"
      "writes it, per connection. auto: RING_SLOTS * BLOCK_SIZE; at least\n"
      "2 * BLOCK_SIZE.",
      ucs_offsetof(uct_remapring_verbs_iface_config_t, staging),
      UCS_CONFIG_TYPE_MEMUNITS},
 
-    {"VERBS_TIMEOUT", "18",
+    {"TIMEOUT", "18",
      "ACK timeout of the RC QPs, as the exponent of 4.096 us (18: about 1 s),\n"
      "retried 7 times; at most "
      UCS_PP_MAKE_STRING(UCT_REMAPRING_VERBS_TIMEOUT_MAX) ". A peer process that exits is seen at\n"
@@ -2331,7 +2333,7 @@ uct_remapring_verbs_iface_mode(uct_remapring_verbs_dev_t *dev, int config_mode,
         *mode_p = dev->odp ? UCT_REMAPRING_VERBS_MODE_ODP :
                              UCT_REMAPRING_VERBS_MODE_PINNED;
     } else if ((config_mode == UCT_REMAPRING_VERBS_MODE_ODP) && !dev->odp) {
-        ucs_error("UCX_REMAPRING_VERBS_MODE=odp, but %s reports no ODP for RC"
+        ucs_error("UCX_REMAPRDMA_MODE=odp, but %s reports no ODP for RC"
                   " WRITE and READ, or its ODP writes do not land as sent",
                   dev->name);
         return UCS_ERR_UNSUPPORTED;
@@ -2350,7 +2352,7 @@ static ucs_status_t uct_remapring_verbs_iface_config_check(
 
     if ((config->sq_size < UCT_REMAPRING_VERBS_SQ_SIZE_MIN) ||
         (config->sq_size > UCT_REMAPRING_VERBS_SQ_SIZE_MAX)) {
-        ucs_error("UCX_REMAPRING_VERBS_SQ_SIZE=%u must be between %d and %d",
+        ucs_error("UCX_REMAPRDMA_SQ_SIZE=%u must be between %d and %d",
                   config->sq_size, UCT_REMAPRING_VERBS_SQ_SIZE_MIN,
                   UCT_REMAPRING_VERBS_SQ_SIZE_MAX);
         return UCS_ERR_INVALID_PARAM;
@@ -2358,7 +2360,7 @@ static ucs_status_t uct_remapring_verbs_iface_config_check(
 
     if ((config->srq_size < UCT_REMAPRING_VERBS_SRQ_SIZE_MIN) ||
         (config->srq_size > UCT_REMAPRING_VERBS_SRQ_SIZE_MAX)) {
-        ucs_error("UCX_REMAPRING_VERBS_SRQ_SIZE=%u must be between %d and %d",
+        ucs_error("UCX_REMAPRDMA_SRQ_SIZE=%u must be between %d and %d",
                   config->srq_size, UCT_REMAPRING_VERBS_SRQ_SIZE_MIN,
                   UCT_REMAPRING_VERBS_SRQ_SIZE_MAX);
         return UCS_ERR_INVALID_PARAM;
@@ -2367,14 +2369,14 @@ static ucs_status_t uct_remapring_verbs_iface_config_check(
     if ((config->staging != UCS_MEMUNITS_AUTO) &&
         ((config->staging == UCS_MEMUNITS_INF) ||
          (config->staging < min_staging))) {
-        ucs_error("UCX_REMAPRING_VERBS_STAGING=%zu must be at least 2 *"
+        ucs_error("UCX_REMAPRDMA_STAGING=%zu must be at least 2 *"
                   " BLOCK_SIZE (%zu), or auto",
                   config->staging, min_staging);
         return UCS_ERR_INVALID_PARAM;
     }
 
     if (config->timeout > UCT_REMAPRING_VERBS_TIMEOUT_MAX) {
-        ucs_error("UCX_REMAPRING_VERBS_TIMEOUT=%u must be at most %d",
+        ucs_error("UCX_REMAPRDMA_TIMEOUT=%u must be at most %d",
                   config->timeout, UCT_REMAPRING_VERBS_TIMEOUT_MAX);
         return UCS_ERR_INVALID_PARAM;
     }
@@ -2665,19 +2667,11 @@ static UCS_CLASS_DEFINE_NEW_FUNC(uct_remapring_verbs_iface_t, uct_iface_t,
                                  const uct_iface_config_t *);
 static UCS_CLASS_DEFINE_DELETE_FUNC(uct_remapring_verbs_iface_t, uct_iface_t);
 
-/* The transport is "remapring" in a component of its own, so that the
- * shared-memory and the RDMA devices are selected as one (UCX_TLS=remapring):
- * UCT_TL_DEFINE_ENTRY would name the structure after the transport, as the
- * shared-memory one is named, so this one is written out as it expands */
-uct_tl_t uct_remapring_verbs_tl = {
-        .name          = UCT_REMAPRING_NAME,
-        .query_devices = uct_remapring_verbs_query_tl_devices,
-        .iface_open    = UCS_CLASS_NEW_FUNC_NAME(uct_remapring_verbs_iface_t),
-        .config        = {
-                       .name   = "remapring verbs transport",
-                       .prefix = "REMAPRING_",
-                       .table  = uct_remapring_verbs_iface_config_table,
-                       .size   = sizeof(uct_remapring_verbs_iface_config_t),
-        }};
+UCT_TL_DEFINE_ENTRY(&uct_remapring_verbs_component, remaprdma,
+                    uct_remapring_verbs_query_tl_devices,
+                    uct_remapring_verbs_iface_t,
+                    UCT_REMAPRING_VERBS_CONFIG_PREFIX,
+                    uct_remapring_verbs_iface_config_table,
+                    uct_remapring_verbs_iface_config_t);
 
-UCT_SINGLE_TL_INIT(&uct_remapring_verbs_component, remapring_verbs, ctor, , )
+UCT_SINGLE_TL_INIT(&uct_remapring_verbs_component, remaprdma, ctor, , )

@@ -688,8 +688,19 @@ static uct_md_ops_t uct_remapring_verbs_md_ops = {
 };
 /* clang-format on */
 
+/* UCX_REMAPRING_<NAME> sets a memory domain setting for both transports,
+ * UCX_REMAPRDMA_<NAME> for this one only */
+static ucs_config_field_t uct_remapring_verbs_md_config_table[] = {
+    {UCT_REMAPRING_CONFIG_PREFIX, "", NULL, 0,
+     UCS_CONFIG_TYPE_TABLE(uct_remapring_md_config_table)},
+
+    {NULL}
+};
+
 UCT_REMAPRING_COMPONENT_DEFINE(uct_remapring_verbs_component,
-                               UCT_REMAPRING_VERBS_COMPONENT_NAME,
+                               UCT_REMAPRING_VERBS_NAME,
+                               UCT_REMAPRING_VERBS_CONFIG_PREFIX,
+                               uct_remapring_verbs_md_config_table,
                                uct_remapring_verbs_query_md_resources,
                                uct_remapring_verbs_md_open,
                                uct_remapring_verbs_rkey_unpack);
