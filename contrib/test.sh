@@ -149,4 +149,17 @@ if [ -n "$mode" ]; then
 else
     ctest --output-on-failure "$@" || rc=$?
 fi
+# A failed test's output is printed where it ran, in the middle of a long
+# log: its last lines again at the end, where a reader of the log's tail
+# (a CI summary) sees why
+failed=Testing/Temporary/LastTestsFailed.log
+if [ $rc -ne 0 ] && [ -f "$failed" ]; then
+    while IFS=: read -r _ name; do
+        echo "== the last lines of $name:"
+        awk -v t="Testing: $name" '
+            index($0, t) && substr($0, index($0, t) + length(t)) == "" { on = 1; next }
+            on && /^<end of output>/ { exit }
+            on' Testing/Temporary/LastTest.log | tail -40 | sed 's/^/   /'
+    done < "$failed"
+fi
 exit $rc
