@@ -19,7 +19,8 @@
 #           mpi_pingpong_mpich between two (MPI needs run.sh -M)
 # Runs, the shm devices left out (UCX_SHM_DEVICES= ) so that the traffic
 # is on rxe0:1:
-#   ucx_info -d lists remaprdma on rxe0:1, the log names MODE
+#   ucx_info -d lists remaprdma on rxe0:1, the log names MODE, the
+#   device's limits the interface took and the RNR timer code (14: 1 ms)
 #   pair: UCT am_lat (short, 8 B), am_bw (bcopy and zcopy, 8000 B:
 #   rc_verbs' largest zcopy is its 8 KiB segment) and put_bw (zcopy 64 KiB)
 #   over remaprdma and over rc_verbs, ratios printed; UCP tag_lat (8 B),
@@ -62,8 +63,8 @@ if [ "$VM_ROLE" = a ]; then
     "${rr[@]}" UCX_TLS=remaprdma UCX_LOG_LEVEL=info ucx_info -d \
         > /tmp/info 2>&1 || bad "ucx_info -d: status $?"
     sed -n '/Transport: remaprdma/,/Device:/p' /tmp/info | sed 's/^/   /'
-    grep 'remaprdma' /tmp/info | grep -E 'UCX  (INFO|WARN|ERROR)' |
-        sed 's/^/   /'
+    grep -E 'remaprdma|listens on' /tmp/info |
+        grep -E 'UCX  (INFO|WARN|ERROR)' | sed 's/^.*UCX  /   /'
     awk '/Transport: remaprdma/ { t = 1; next }
          t && /Device:/ { print $3; t = 0 }' /tmp/info | grep -qx 'rxe0:1' &&
         check "ucx_info -d: remaprdma on rxe0:1" ||
@@ -71,6 +72,10 @@ if [ "$VM_ROLE" = a ]; then
     grep -q "rxe0:1 listens on .*$mode mode" /tmp/info &&
         check "the log names the $mode mode" ||
         bad "no log line names the $mode mode"
+    # what the interface took of the device, and the RNR timer it sets
+    grep -q "listens on .* gather/scatter entries, .* RNR timer code 14$" \
+        /tmp/info && check "the log names the device's limits, RNR code 14" ||
+        bad "no log line names the device's limits and the RNR timer"
 fi
 
 # run NAME PORT CMD...: one test's halves, the server on vm-a and the
@@ -330,12 +335,17 @@ fi
 
 if [ -n "$apps" ] && [ "$where" = one ]; then
     vm_note "ucp_hold over remaprdma,self on rxe0:1"
-    "${rr[@]}" UCX_TLS=remaprdma,self timeout 300 "$apps/ucp_hold" -n 3000 \
-        -s 7 -M 262144 > /tmp/hold 2>&1
+    "${rr[@]}" UCX_TLS=remaprdma,self UCX_LOG_LEVEL=diag timeout 300 \
+        "$apps/ucp_hold" -n 3000 -s 7 -M 262144 > /tmp/hold 2>&1
     st=$?
     grep -v 'UCX  \(INFO\|DIAG\)' /tmp/hold | tail -12 | sed 's/^/   /'
     [ $st -eq 0 ] && grep -q '^receiver: 0 errors, 0 lost' /tmp/hold &&
         check "ucp_hold" || bad "ucp_hold: status $st"
+    # every connection's QP took the RNR timer (rdma_cm leaves 655 ms)
+    grep 'RNR timer stays' /tmp/hold | head -3 | sed 's/^.*UCX  /   /'
+    grep -q "RNR timer stays" /tmp/hold &&
+        bad "a connection kept rdma_cm's RNR timer" ||
+        check "every connection's QP took the RNR timer"
 
     vm_note "ucp_remap over remaprdma on rxe0:1, rendezvous by RDMA READ"
     "${rr[@]}" UCX_TLS=remaprdma,self UCX_RNDV_SCHEME=get_zcopy \

@@ -103,7 +103,22 @@ typedef struct uct_remapring_verbs_iface_config {
     unsigned srq_size;
     size_t staging;
     unsigned timeout;
+    double rnr_timer;   /* seconds */
+    size_t max_inline;  /* UCS_MEMUNITS_AUTO: the device's */
 } uct_remapring_verbs_iface_config_t;
+
+
+/**
+ * What a device and its port allow an interface, and what it takes of the
+ * settings (uct_remapring_verbs_limits()).
+ */
+typedef struct uct_remapring_verbs_limits {
+    unsigned sq_size;  /* send requests per connection (QP) */
+    unsigned srq_size; /* receive requests of the interface (SRQ) */
+    unsigned send_sge; /* gather entries of a WRITE: put_zcopy's iov */
+    unsigned read_sge; /* scatter entries of a READ: get_zcopy's iov */
+    size_t   max_msg;  /* largest message of the port */
+} uct_remapring_verbs_limits_t;
 
 
 /**
@@ -284,6 +299,7 @@ struct uct_remapring_vconn {
 
     /* send queue, both sides */
     unsigned                   sq_avail;
+    unsigned                   max_inline; /* records sent inline, bytes */
     unsigned                   unsignaled;
     uct_remapring_verbs_op_t   *ops;      /* [sq_size], a FIFO */
     unsigned                   ops_head, ops_count;
@@ -345,6 +361,9 @@ typedef struct uct_remapring_verbs_iface {
     unsigned                   sig_every;
     size_t                     staging_size;
     uint8_t                    timeout;  /* QP ACK timeout exponent */
+    uint8_t                    rnr_code; /* QP RNR NAK timer, IB's code */
+    uct_remapring_verbs_limits_t limits;
+    unsigned                   max_inline; /* asked of each QP */
     struct rdma_event_channel  *channel;
     struct rdma_cm_id          *listen_id;
     struct sockaddr_storage    addr;     /* the port's, listening */
@@ -394,6 +413,30 @@ void uct_remapring_verbs_dev_probe_odp(uct_remapring_verbs_dev_t *dev);
 int uct_remapring_verbs_port_gid(struct ibv_context *ctx, uint8_t port,
                                  struct sockaddr_storage *ss, int *index_p,
                                  union ibv_gid *gid_p);
+
+/**
+ * What device attributes @a dev and port attributes @a port allow an
+ * interface of device @a name that asks for @a sq_size send requests per
+ * connection and @a srq_size receive requests, with blocks (the largest
+ * write of a record) of @a block_size: each figure is the setting's or the
+ * device's, whichever is smaller, and a setting the device cannot meet is
+ * named in one log line. UCS_ERR_UNSUPPORTED where the device cannot carry
+ * the ring at all (no SRQ, blocks larger than its messages, fewer requests
+ * than the least the transport needs).
+ */
+ucs_status_t uct_remapring_verbs_limits(const char *name,
+                                        const struct ibv_device_attr *dev,
+                                        const struct ibv_port_attr *port,
+                                        unsigned sq_size, unsigned srq_size,
+                                        size_t block_size,
+                                        uct_remapring_verbs_limits_t *limits);
+
+/**
+ * InfiniBand's code for a receiver's RNR NAK timer (min_rnr_timer) of at
+ * least @a seconds, the largest (491.52 ms) above it; 0, the code of the
+ * longest (655.36 ms), is never returned.
+ */
+uint8_t uct_remapring_verbs_rnr_code(double seconds);
 
 /** The IP address of port @a port of @a ctx; false if it has none */
 int uct_remapring_verbs_port_addr(struct ibv_context *ctx, uint8_t port,

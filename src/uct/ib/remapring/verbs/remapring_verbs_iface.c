@@ -62,6 +62,11 @@
 #define UCT_REMAPRING_VERBS_SRQ_SIZE_MAX 65536
 #define UCT_REMAPRING_VERBS_TIMEOUT_MAX  31
 
+/* inline sends: what "auto" asks of each QP, and the most any setting asks
+ * (devices take a few hundred bytes: mlx5 about 900, rxe 400ish) */
+#define UCT_REMAPRING_VERBS_MAX_INLINE_AUTO 256
+#define UCT_REMAPRING_VERBS_MAX_INLINE_MAX  4096
+
 
 static const char *uct_remapring_verbs_mode_names[] = {
         [UCT_REMAPRING_VERBS_MODE_AUTO]   = "auto",
@@ -121,6 +126,25 @@ static ucs_config_field_t uct_remapring_verbs_iface_config_table[] = {
      UCS_PP_MAKE_STRING(UCT_REMAPRING_VERBS_OVH_US) "us.",
      ucs_offsetof(uct_remapring_verbs_iface_config_t, timeout),
      UCS_CONFIG_TYPE_UINT},
+
+    {"RNR_TIMER", "1ms",
+     "How long a sender whose write found no receive request posted waits\n"
+     "before it sends again (the RNR NAK timer of each connection's QP, as\n"
+     "IB codes it: from 10us to 491.52ms, rounded up). The connection\n"
+     "manager leaves it at 655.36ms, which a receiver that pauses its\n"
+     "progress would cost its peers per NAK.",
+     ucs_offsetof(uct_remapring_verbs_iface_config_t, rnr_timer),
+     UCS_CONFIG_TYPE_TIME},
+
+    {"MAX_INLINE", "auto",
+     "Records up to this size are sent inline (in the send request, not\n"
+     "read by the device from the staging buffer), where the device takes\n"
+     "that much: each QP asks for it, and an interface whose device refuses\n"
+     "sends none inline. auto: "
+     UCS_PP_MAKE_STRING(UCT_REMAPRING_VERBS_MAX_INLINE_AUTO) " bytes; at most "
+     UCS_PP_MAKE_STRING(UCT_REMAPRING_VERBS_MAX_INLINE_MAX) "; 0: none.",
+     ucs_offsetof(uct_remapring_verbs_iface_config_t, max_inline),
+     UCS_CONFIG_TYPE_MEMUNITS},
 
     {NULL}
 };
@@ -368,6 +392,10 @@ static ucs_status_t uct_remapring_vconn_write_run(uct_remapring_vconn_t *vconn,
 
     wr.opcode = imm ? IBV_WR_RDMA_WRITE_WITH_IMM : IBV_WR_RDMA_WRITE;
     wr.imm_data = htonl(imm_data);
+    if ((end > start) && (end - start <= vconn->max_inline)) {
+        /* the device takes the bytes with the request */
+        wr.send_flags = IBV_SEND_INLINE;
+    }
     return uct_remapring_vconn_post(vconn, &wr, 0,
                                     staging + ucs_align_up_pow2(
                                             ucs_max(end - start,
@@ -572,14 +600,28 @@ static ucs_status_t uct_remapring_vconn_create_qp(uct_remapring_vconn_t *vconn)
     attr.recv_cq          = verbs->cq;
     attr.srq              = verbs->srq;
     attr.qp_type          = IBV_QPT_RC;
-    attr.cap.max_send_wr  = verbs->sq_size;
-    attr.cap.max_send_sge = UCT_REMAPRING_MAX_IOV;
-    if (rdma_create_qp(vconn->id, verbs->dev->pd, &attr) != 0) {
+    attr.cap.max_send_wr     = verbs->sq_size;
+    attr.cap.max_send_sge    = verbs->limits.send_sge;
+    attr.cap.max_inline_data = verbs->max_inline;
+    ret = rdma_create_qp(vconn->id, verbs->dev->pd, &attr);
+    if ((ret != 0) && (verbs->max_inline > 0) &&
+        ((errno == EINVAL) || (errno == ENOMEM))) {
+        /* the device takes less inline than asked: none, from now on */
+        ucs_diag("%s takes no QP with %u bytes inline (%m): records go from"
+                 " the staging buffer only", verbs->dev->name,
+                 verbs->max_inline);
+        verbs->max_inline        = 0;
+        attr.cap.max_inline_data = 0;
+        ret = rdma_create_qp(vconn->id, verbs->dev->pd, &attr);
+    }
+
+    if (ret != 0) {
         ucs_error("rdma_create_qp for %s failed: %m", vconn->name);
         return UCS_ERR_IO_ERROR;
     }
 
-    vconn->qp       = vconn->id->qp;
+    vconn->qp         = vconn->id->qp;
+    vconn->max_inline = ucs_min(attr.cap.max_inline_data, verbs->max_inline);
     vconn->sq_avail = verbs->sq_size;
     if (kh_get(uct_remapring_vconns, &verbs->qps, vconn->qp->qp_num) !=
         kh_end(&verbs->qps)) {
@@ -852,6 +894,34 @@ static unsigned uct_remapring_rx_vconn_poll(uct_remapring_vconn_t *vconn)
 }
 
 /* Refuse a request; @a status says why, to the sender */
+/* The QP is ready to send (RTS): its RNR NAK timer, which rdma_cm's RTR
+ * transition leaves at 655.36 ms (code 0), becomes the setting's. The timer
+ * is the receiver's: the one a peer waits after a write found no receive
+ * request posted here. */
+static void uct_remapring_vconn_rnr_timer(uct_remapring_vconn_t *vconn)
+{
+    uct_remapring_verbs_iface_t *verbs = uct_remapring_verbs(vconn->iface);
+    struct ibv_qp_attr attr            = {};
+    struct ibv_qp_init_attr init;
+    int ret;
+
+    attr.min_rnr_timer = verbs->rnr_code;
+    ret = ibv_modify_qp(vconn->qp, &attr, IBV_QP_MIN_RNR_TIMER);
+    if (ret != 0) {
+        ucs_diag("%s: the RNR timer stays the connection manager's 655.36 ms"
+                 " (ibv_modify_qp: %s)", vconn->name, strerror(ret));
+        return;
+    }
+
+    /* read back: a device may take the request and keep its own */
+    memset(&attr, 0, sizeof(attr));
+    ret = ibv_query_qp(vconn->qp, &attr, IBV_QP_MIN_RNR_TIMER, &init);
+    if ((ret == 0) && (attr.min_rnr_timer != verbs->rnr_code)) {
+        ucs_diag("%s: the RNR timer stays code %u, not %u", vconn->name,
+                 attr.min_rnr_timer, verbs->rnr_code);
+    }
+}
+
 static void uct_remapring_verbs_reject(struct rdma_cm_id *id,
                                        ucs_status_t status)
 {
@@ -1031,6 +1101,8 @@ static void uct_remapring_verbs_accept(uct_remapring_iface_t *iface,
         goto err;
     }
 
+    uct_remapring_vconn_rnr_timer(vconn); /* rdma_accept made it RTS */
+
     uct_remapring_md_set_in_use(iface->super.md);
     ucs_debug("accepted %s, %s ring view %p", name,
               uct_remapring_verbs_mode_str(verbs->mode),
@@ -1098,6 +1170,7 @@ static void uct_remapring_tx_vconn_established(uct_remapring_vconn_t *vconn,
         return;
     }
 
+    uct_remapring_vconn_rnr_timer(vconn); /* RTS before the event */
     memcpy(&rep, data, sizeof(rep));
     if ((rep.magic != UCT_REMAPRING_VERBS_MAGIC) ||
         (rep.version != UCT_REMAPRING_VERBS_VERSION) ||
@@ -1778,6 +1851,8 @@ uct_remapring_verbs_ep_rdma(uct_ep_h tl_ep, enum ibv_wr_opcode opcode,
                             uint64_t remote_addr, uct_rkey_t tl_rkey,
                             uct_completion_t *comp)
 {
+    const uct_remapring_verbs_limits_t *limits = &uct_remapring_verbs(
+            ucs_derived_of(tl_ep->iface, uct_remapring_iface_t))->limits;
     struct ibv_sge sges[UCT_REMAPRING_MAX_IOV];
     struct ibv_send_wr wr = {};
     const uct_remapring_verbs_memh_t *memh;
@@ -1786,7 +1861,11 @@ uct_remapring_verbs_ep_rdma(uct_ep_h tl_ep, enum ibv_wr_opcode opcode,
     size_t i, length = 0;
     uint32_t rkey;
 
-    UCT_CHECK_IOV_SIZE(iovcnt, UCT_REMAPRING_MAX_IOV, "remapring rdma");
+    /* what the device gathers or scatters for one request */
+    UCT_CHECK_IOV_SIZE(iovcnt,
+                       (size_t)((opcode == IBV_WR_RDMA_READ) ?
+                                        limits->read_sge : limits->send_sge),
+                       "remaprdma rdma");
     status = uct_remapring_verbs_ep_vconn(tl_ep, &vconn);
     if (status != UCS_OK) {
         return status;
@@ -1806,6 +1885,12 @@ uct_remapring_verbs_ep_rdma(uct_ep_h tl_ep, enum ibv_wr_opcode opcode,
         uct_remapring_verbs_sge(&sges[i], iov[i].buffer, iov[i].length,
                                 (iov[i].length > 0) ? memh->mr->lkey : 0);
         length += iov[i].length;
+    }
+
+    if (length > limits->max_msg) {
+        ucs_error("rdma of %zu bytes to %s: the port carries at most %zu",
+                  length, vconn->name, limits->max_msg);
+        return UCS_ERR_INVALID_PARAM;
     }
 
     status = uct_remapring_verbs_rkey(tl_rkey, remote_addr, length, &rkey);
@@ -2191,6 +2276,7 @@ uct_remapring_verbs_iface_query(uct_iface_h tl_iface,
     uct_remapring_verbs_iface_t *verbs = uct_remapring_verbs(iface);
     size_t max_bcopy                   = ucs_min(iface->tx.max_bcopy,
                                                  verbs->staging_size / 2);
+    size_t max_zcopy = ucs_min(UCS_GBYTE, verbs->limits.max_msg);
 
     uct_remapring_iface_query(iface, iface_attr); /* the same ring */
 
@@ -2203,16 +2289,16 @@ uct_remapring_verbs_iface_query(uct_iface_h tl_iface,
     iface_attr->cap.put.max_short       = iface->tx.max_short;
     iface_attr->cap.put.max_bcopy       = max_bcopy;
     iface_attr->cap.put.min_zcopy       = 0;
-    iface_attr->cap.put.max_zcopy       = 1ul << 30;
+    iface_attr->cap.put.max_zcopy       = max_zcopy;
     iface_attr->cap.put.opt_zcopy_align = 1;
     iface_attr->cap.put.align_mtu       = 1;
-    iface_attr->cap.put.max_iov         = UCT_REMAPRING_MAX_IOV;
+    iface_attr->cap.put.max_iov         = verbs->limits.send_sge;
     iface_attr->cap.get.max_bcopy       = max_bcopy;
     iface_attr->cap.get.min_zcopy       = 0;
-    iface_attr->cap.get.max_zcopy       = 1ul << 30;
+    iface_attr->cap.get.max_zcopy       = max_zcopy;
     iface_attr->cap.get.opt_zcopy_align = 1;
     iface_attr->cap.get.align_mtu       = 1;
-    iface_attr->cap.get.max_iov         = UCT_REMAPRING_MAX_IOV;
+    iface_attr->cap.get.max_iov         = verbs->limits.read_sge;
 
     iface_attr->device_addr_len = sizeof(uct_remapring_verbs_dev_addr_t);
     iface_attr->iface_addr_len  = sizeof(uct_remapring_verbs_iface_addr_t);
@@ -2272,6 +2358,104 @@ static ucs_status_t uct_remapring_verbs_pool_grown(void *arg, uint32_t first,
  * (PortInfo's LinkSpeedActive and LinkWidthActive) that UCX's own
  * uct_ib_iface_query() turns into bandwidth, which needs a uct_ib_iface_t
  * this transport is not; the data rate here leaves out the encoding */
+uint8_t uct_remapring_verbs_rnr_code(double seconds)
+{
+    /* IBTA's table: the timer of codes 1 to 31, in units of 10 us (code 0
+     * is 655.36 ms) */
+    static const uint32_t timer_10us[32] = {
+            65536, 1,    2,    3,    4,    6,    8,     12,
+            16,    24,   32,   48,   64,   96,   128,   192,
+            256,   384,  512,  768,  1024, 1536, 2048,  3072,
+            4096,  6144, 8192, 12288, 16384, 24576, 32768, 49152};
+    double units = seconds * 1e5;
+    uint8_t code;
+
+    for (code = 1; code < 31; ++code) {
+        if (timer_10us[code] >= units - 1e-9) {
+            break;
+        }
+    }
+    return code;
+}
+
+/* @a value, or the device's @a max where it is smaller, said once */
+static unsigned uct_remapring_verbs_limit(const char *name, const char *what,
+                                          unsigned value, int max)
+{
+    if ((max >= 0) && (value > (unsigned)max)) {
+        ucs_diag("%s allows %d %s: %u asked, %d taken", name, max, what,
+                 value, max);
+        return max;
+    }
+    return value;
+}
+
+ucs_status_t uct_remapring_verbs_limits(const char *name,
+                                        const struct ibv_device_attr *dev,
+                                        const struct ibv_port_attr *port,
+                                        unsigned sq_size, unsigned srq_size,
+                                        size_t block_size,
+                                        uct_remapring_verbs_limits_t *limits)
+{
+    int cqe;
+
+    if ((dev->max_srq <= 0) || (dev->max_srq_wr <= 0)) {
+        ucs_error("%s has no shared receive queue, which the transport"
+                  " needs", name);
+        return UCS_ERR_UNSUPPORTED;
+    }
+
+    if ((dev->max_sge <= 0) || (dev->max_qp_wr <= 0) || (dev->max_cqe <= 0)) {
+        ucs_error("%s reports no send requests, gather entries or"
+                  " completions (max_qp_wr %d, max_sge %d, max_cqe %d)",
+                  name, dev->max_qp_wr, dev->max_sge, dev->max_cqe);
+        return UCS_ERR_UNSUPPORTED;
+    }
+
+    if (port->max_msg_sz < block_size) {
+        ucs_error("%s carries messages of at most %u bytes, less than a"
+                  " block (%zu): set UCX_REMAPRDMA_BLOCK_SIZE lower",
+                  name, port->max_msg_sz, block_size);
+        return UCS_ERR_UNSUPPORTED;
+    }
+
+    limits->sq_size  = uct_remapring_verbs_limit(name, "send requests per QP",
+                                                 sq_size, dev->max_qp_wr);
+    limits->srq_size = uct_remapring_verbs_limit(name,
+                                                 "receive requests per SRQ",
+                                                 srq_size, dev->max_srq_wr);
+    /* the CQ takes the SRQ's completions and the signaled sends of every
+     * connection; a connection adds sq_size (uct_remapring_verbs_cq_reserve) */
+    cqe = dev->max_cqe - (int)limits->sq_size;
+    if (cqe < UCT_REMAPRING_VERBS_SRQ_SIZE_MIN) {
+        ucs_error("%s allows %d completions per CQ, too few for %u send"
+                  " requests per QP", name, dev->max_cqe, limits->sq_size);
+        return UCS_ERR_UNSUPPORTED;
+    }
+    limits->srq_size = uct_remapring_verbs_limit(name, "completions per CQ"
+                                                 " left for receive requests",
+                                                 limits->srq_size, cqe);
+    if ((limits->sq_size < UCT_REMAPRING_VERBS_SQ_SIZE_MIN) ||
+        (limits->srq_size < UCT_REMAPRING_VERBS_SRQ_SIZE_MIN)) {
+        ucs_error("%s allows %u send requests per QP and %u receive"
+                  " requests, fewer than the transport needs (%d, %d)",
+                  name, limits->sq_size, limits->srq_size,
+                  UCT_REMAPRING_VERBS_SQ_SIZE_MIN,
+                  UCT_REMAPRING_VERBS_SRQ_SIZE_MIN);
+        return UCS_ERR_UNSUPPORTED;
+    }
+
+    limits->send_sge = ucs_min((unsigned)dev->max_sge,
+                               (unsigned)UCT_REMAPRING_MAX_IOV);
+    /* a device that reports no READ limit reads as it writes */
+    limits->read_sge = (dev->max_sge_rd > 0) ?
+                               ucs_min((unsigned)dev->max_sge_rd,
+                                       limits->send_sge) :
+                               limits->send_sge;
+    limits->max_msg  = port->max_msg_sz;
+    return UCS_OK;
+}
+
 static double uct_remapring_verbs_port_bw(const struct ibv_port_attr *attr)
 {
     static const struct {
@@ -2375,6 +2559,19 @@ static ucs_status_t uct_remapring_verbs_iface_config_check(
         return UCS_ERR_INVALID_PARAM;
     }
 
+    if ((config->max_inline != UCS_MEMUNITS_AUTO) &&
+        (config->max_inline > UCT_REMAPRING_VERBS_MAX_INLINE_MAX)) {
+        ucs_error("UCX_REMAPRDMA_MAX_INLINE=%zu must be at most %d, or auto",
+                  config->max_inline, UCT_REMAPRING_VERBS_MAX_INLINE_MAX);
+        return UCS_ERR_INVALID_PARAM;
+    }
+
+    if ((config->rnr_timer < 1e-5) || (config->rnr_timer > 0.49152)) {
+        ucs_error("UCX_REMAPRDMA_RNR_TIMER=%.2fms must be between 0.01ms and"
+                  " 491.52ms", config->rnr_timer * 1e3);
+        return UCS_ERR_INVALID_PARAM;
+    }
+
     if (config->timeout > UCT_REMAPRING_VERBS_TIMEOUT_MAX) {
         ucs_error("UCX_REMAPRDMA_TIMEOUT=%u must be at most %d",
                   config->timeout, UCT_REMAPRING_VERBS_TIMEOUT_MAX);
@@ -2448,12 +2645,18 @@ uct_remapring_verbs_iface_listen(uct_remapring_verbs_iface_t *verbs)
 
     verbs->cm_port = rdma_get_src_port(verbs->listen_id);
     ucs_sockaddr_str(rdma_get_local_addr(verbs->listen_id), name, sizeof(name));
-    ucs_info("%s:%u listens on %s, %s mode%s", verbs->dev->name,
-             verbs->port_num, name, uct_remapring_verbs_mode_str(verbs->mode),
+    ucs_info("%s:%u listens on %s, %s mode%s; %u send and %u receive"
+             " requests, %u/%u gather/scatter entries, messages up to %zu"
+             " bytes, inline up to %u, RNR timer code %u",
+             verbs->dev->name, verbs->port_num, name,
+             uct_remapring_verbs_mode_str(verbs->mode),
              ((verbs->mode == UCT_REMAPRING_VERBS_MODE_ODP) &&
               (verbs->dev->odp_rec_align > REMAPRING_RING_ALIGN)) ?
                      ", records on pages" :
-                     "");
+                     "",
+             verbs->sq_size, verbs->srq_size, verbs->limits.send_sge,
+             verbs->limits.read_sge, verbs->limits.max_msg, verbs->max_inline,
+             verbs->rnr_code);
     return UCS_OK;
 }
 
@@ -2563,7 +2766,9 @@ static UCS_CLASS_INIT_FUNC(uct_remapring_verbs_iface_t, uct_md_h md,
             .ops      = &uct_remapring_verbs_iface_ops,
             .latency  = UCT_REMAPRING_VERBS_LAT_US * 1e-6,
             .overhead = UCT_REMAPRING_VERBS_OVH_US * 1e-6};
+    struct ibv_device_attr dev_attr;
     struct ibv_port_attr port_attr;
+    uct_remapring_verbs_limits_t limits;
     uct_remapring_verbs_mode_t mode;
     ucs_status_t status;
     uint8_t port;
@@ -2584,6 +2789,19 @@ static UCS_CLASS_INIT_FUNC(uct_remapring_verbs_iface_t, uct_md_h md,
         return UCS_ERR_NO_DEVICE;
     }
 
+    if (ibv_query_device(dev->ctx, &dev_attr) != 0) {
+        ucs_error("ibv_query_device(%s) failed: %m", dev->name);
+        return UCS_ERR_NO_DEVICE;
+    }
+
+    status = uct_remapring_verbs_limits(params->mode.device.dev_name,
+                                        &dev_attr, &port_attr, config->sq_size,
+                                        config->srq_size,
+                                        config->super.block_size, &limits);
+    if (status != UCS_OK) {
+        return status;
+    }
+
     status = uct_remapring_verbs_iface_mode(dev, config->mode, &mode);
     if (status != UCS_OK) {
         return status;
@@ -2601,10 +2819,15 @@ static UCS_CLASS_INIT_FUNC(uct_remapring_verbs_iface_t, uct_md_h md,
     self->dev             = dev;
     self->port_num        = port;
     self->mode            = mode;
-    self->sq_size         = config->sq_size;
-    self->srq_size        = config->srq_size;
+    self->limits          = limits;
+    self->sq_size         = limits.sq_size;
+    self->srq_size        = limits.srq_size;
     self->sig_every       = ucs_max(self->sq_size / 8, 1u);
     self->timeout         = config->timeout;
+    self->rnr_code        = uct_remapring_verbs_rnr_code(config->rnr_timer);
+    self->max_inline      = (config->max_inline == UCS_MEMUNITS_AUTO) ?
+                                    UCT_REMAPRING_VERBS_MAX_INLINE_AUTO :
+                                    config->max_inline;
     self->pool_block_size = config->super.block_size;
     self->staging_size    = ucs_roundup_pow2(
                (config->staging == UCS_MEMUNITS_AUTO) ?
