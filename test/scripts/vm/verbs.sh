@@ -346,6 +346,20 @@ if [ -n "$apps" ] && [ "$where" = one ]; then
     grep -q "RNR timer stays" /tmp/hold &&
         bad "a connection kept rdma_cm's RNR timer" ||
         check "every connection's QP took the RNR timer"
+    # odp: the device faults in each credited block ahead of the writes,
+    # where its provider has ibv_advise_mr (rxe's has not: the transport
+    # says so once and writes fault as before)
+    if [ "$mode" = odp ]; then
+        grep 'no ODP prefetch' /tmp/hold | head -1 | sed 's/^.*UCX  /   /'
+        if grep -q 'no ODP prefetch.*Operation not supported' /tmp/hold; then
+            echo "   prefetch: the provider has no ibv_advise_mr, said once;" \
+                 "not shown here"
+        elif grep -q 'no ODP prefetch' /tmp/hold; then
+            bad "ibv_advise_mr failed on the credited blocks"
+        else
+            check "credited blocks prefetched (ibv_advise_mr)"
+        fi
+    fi
 
     vm_note "ucp_remap over remaprdma on rxe0:1, rendezvous by RDMA READ"
     "${rr[@]}" UCX_TLS=remaprdma,self UCX_RNDV_SCHEME=get_zcopy \

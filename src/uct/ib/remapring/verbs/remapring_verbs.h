@@ -338,6 +338,7 @@ struct uct_remapring_vconn {
     uint64_t                   remote_table;
     uint32_t                   remote_table_rkey;
     uint64_t                   credited;  /* limit last sent */
+    uint64_t                   prefetched; /* odp: ring offsets faulted in */
     uint64_t                   rx_tail;   /* from the immediates */
     int                        active;
     int                        failed;
@@ -363,6 +364,8 @@ typedef struct uct_remapring_verbs_iface {
     uint8_t                    timeout;  /* QP ACK timeout exponent */
     uint8_t                    rnr_code; /* QP RNR NAK timer, IB's code */
     uct_remapring_verbs_limits_t limits;
+    int                        prefetch; /* odp: ibv_advise_mr works */
+    uint64_t                   prefetches; /* ibv_advise_mr calls */
     unsigned                   max_inline; /* asked of each QP */
     struct rdma_event_channel  *channel;
     struct rdma_cm_id          *listen_id;

@@ -768,8 +768,55 @@ static void uct_remapring_rx_vconn_published(void *arg, uint64_t limit)
     }
 }
 
+/* odp mode: have the device fault in the ring view under ring offsets up to
+ * @a end, not faulted in yet, before the sender may write them. The
+ * receiver remaps a fresh block under a slot before it credits the slot
+ * again, and the kernel then invalidates the device's mapping of it: without
+ * this, the first write after each remap takes a page fault on the device
+ * (on mlx5 an RNR NAK and a retry). Asynchronous: the sender's write waits
+ * for nothing, and a write that comes first faults as before. */
+static void uct_remapring_vconn_prefetch(uct_remapring_vconn_t *vconn,
+                                         uint64_t end)
+{
+    uct_remapring_verbs_iface_t *verbs = uct_remapring_verbs(vconn->iface);
+    struct ibv_mr *mr                  = vconn->view_mr;
+    uint64_t start                     = vconn->prefetched;
+    struct ibv_sge sge[2];
+    size_t offset, length;
+    unsigned n = 0;
+    int ret;
+
+    if ((mr == NULL) || !verbs->prefetch || (end <= start)) {
+        return;
+    }
+
+    /* the view is the window, once: at most two pieces where it wraps */
+    offset = start % mr->length;
+    length = ucs_min(end - start, (uint64_t)mr->length);
+    uct_remapring_verbs_sge(&sge[n++], UCS_PTR_BYTE_OFFSET(mr->addr, offset),
+                            ucs_min(length, mr->length - offset), mr->lkey);
+    if (length > mr->length - offset) {
+        uct_remapring_verbs_sge(&sge[n++], mr->addr,
+                                length - (mr->length - offset), mr->lkey);
+    }
+
+    ret = ibv_advise_mr(verbs->dev->pd, IBV_ADVISE_MR_ADVICE_PREFETCH_WRITE,
+                        0, sge, n);
+    if (ret != 0) {
+        verbs->prefetch = 0;
+        ucs_diag("%s: no ODP prefetch (ibv_advise_mr: %s): the device faults"
+                 " in each block the receiver remaps on the first write to it",
+                 verbs->dev->name, strerror(ret));
+        return;
+    }
+
+    ++verbs->prefetches;
+    vconn->prefetched = end;
+}
+
 /* Credit up to the ring's limit: in pinned mode the slot table entries of
- * the newly credited slots first, in the same write */
+ * the newly credited slots first, in the same write; in odp mode the
+ * device faults in the credited slots first */
 static ucs_status_t uct_remapring_vconn_send_credit(uct_remapring_vconn_t *vconn)
 {
     uct_remapring_verbs_iface_t *verbs = uct_remapring_verbs(vconn->iface);
@@ -793,6 +840,7 @@ static ucs_status_t uct_remapring_vconn_send_credit(uct_remapring_vconn_t *vconn
 
     first = (vconn->credited >> ring->block_shift) & (nslots - 1);
     count = (limit - vconn->credited) >> ring->block_shift;
+    uct_remapring_vconn_prefetch(vconn, limit);
     if (verbs->mode == UCT_REMAPRING_VERBS_MODE_PINNED) {
         for (offset = vconn->credited; offset < limit;
              offset += ring->block_size) {
@@ -1058,6 +1106,9 @@ static void uct_remapring_verbs_accept(uct_remapring_iface_t *iface,
             status = UCS_ERR_IO_ERROR;
             goto err;
         }
+
+        /* the window the sender may write first, before it may */
+        uct_remapring_vconn_prefetch(vconn, vconn->ring->limit);
     }
 
     vconn->credit_table_mr = ibv_reg_mr(verbs->dev->pd, vconn->credit_table,
@@ -2842,6 +2893,8 @@ static UCS_CLASS_INIT_FUNC(uct_remapring_verbs_iface_t, uct_md_h md,
     self->nrx         = 0;
     self->cm_calls    = 0;
     self->check_calls = 0;
+    self->prefetch    = 1;
+    self->prefetches  = 0;
     self->pool_rkeys  = NULL;
     self->pool_mrs    = NULL;
     self->npool_mrs   = 0;
