@@ -30,7 +30,10 @@
 #   second (one guest)
 #   the memory (resident, pinned) of a server and a client connected over
 #   remaprdma and over rc_verbs (one guest)
-#   ucp_hold: held messages while the sender laps the ring, bytes checked
+#   ucp_hold: held messages while the sender laps the ring, bytes checked;
+#   again with holds that outlive a lap (one guest): in odp mode the
+#   receiver's pool must have remapped blocks under held slots while the
+#   device wrote the ring (its counter, from the interface's debug line)
 #   pair, with APPS: ucp_hold with the receiver on vm-a and the sender on
 #   vm-b (-L/-C), and test/apps/mpi_pingpong (APPS/mpi_pingpong_ompi and
 #   _mpich, built on the host) across the guests over remaprdma,self
@@ -359,6 +362,30 @@ if [ -n "$apps" ] && [ "$where" = one ]; then
         else
             check "credited blocks prefetched (ibv_advise_mr)"
         fi
+    fi
+
+    # the seed's ring under the NIC: messages held longer than a lap of the
+    # ring takes, so that the receiver remaps fresh blocks under held slots
+    # while the peer's device writes the ring (odp: the device follows the
+    # remap; pinned: the credit names the fresh block, nothing is remapped)
+    vm_note "remaps under the NIC: holds that outlive a lap of the ring"
+    "${rr[@]}" UCX_TLS=remaprdma,self UCX_LOG_LEVEL=debug \
+        UCX_LOG_FILE_FILTER='*/remapring_iface.c' timeout 300 \
+        "$apps/ucp_hold" -n 1500 -s 11 -M 65536 -p 50 -t 100000 -H 256 \
+        -T am > /tmp/laps 2>&1
+    st=$?
+    grep -v 'UCX  ' /tmp/laps | tail -4 | sed 's/^/   /'
+    remaps=$(sed -n 's/.* pool: [0-9]* blocks, \([0-9]*\) remaps.*/\1/p' \
+                 /tmp/laps | sort -n | tail -1)
+    echo "   the receiver's pool remapped ${remaps:-no} blocks under slots"
+    if [ $st -ne 0 ] || ! grep -q '^receiver: 0 errors, 0 lost' /tmp/laps; then
+        bad "holds over a lap: status $st"
+    elif [ -z "$remaps" ]; then
+        bad "holds over a lap: no pool counters in the log"
+    elif [ "$mode" = odp ] && [ "$remaps" -eq 0 ]; then
+        bad "holds over a lap: no block remapped under a held slot"
+    else
+        check "holds over a lap: $remaps remaps, every byte checked on arrival and on release"
     fi
 
     vm_note "ucp_remap over remaprdma on rxe0:1, rendezvous by RDMA READ"
