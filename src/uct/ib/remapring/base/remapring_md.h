@@ -141,14 +141,14 @@ ucs_status_t uct_remapring_rkey_release(uct_component_t *component,
 
 /**
  * Define @a _var, the UCT component @a _name of memory domains on the ring,
- * whose md settings are @a _cfg_table under @a _cfg_prefix, a table whose
- * structure is uct_remapring_md_config_t (the one place a component of ours
- * is spelled out).
+ * whose md settings are @a _cfg_table under @a _cfg_prefix, a table of
+ * @a _cfg_struct, which starts with uct_remapring_md_config_t (the one
+ * place a component of ours is spelled out).
  */
 /* clang-format off */
 #define UCT_REMAPRING_COMPONENT_DEFINE(_var, _name, _cfg_prefix, _cfg_table, \
-                                       _query_md_resources, _md_open, \
-                                       _rkey_unpack) \
+                                       _cfg_struct, _query_md_resources, \
+                                       _md_open, _rkey_unpack) \
     uct_component_t _var = { \
         .query_md_resources = _query_md_resources, \
         .md_open            = _md_open, \
@@ -163,7 +163,7 @@ ucs_status_t uct_remapring_rkey_release(uct_component_t *component,
             .name           = _name " memory domain", \
             .prefix         = _cfg_prefix, \
             .table          = _cfg_table, \
-            .size           = sizeof(uct_remapring_md_config_t), \
+            .size           = sizeof(_cfg_struct), \
         }, \
         .cm_config          = UCS_CONFIG_EMPTY_GLOBAL_LIST_ENTRY, \
         .tl_list            = UCT_COMPONENT_TL_LIST_INITIALIZER(&_var), \

@@ -340,6 +340,7 @@ uct_remapring_sm_component_rkey_unpack(uct_component_t *component,
 UCT_REMAPRING_COMPONENT_DEFINE(uct_remapring_sm_component, UCT_REMAPRING_NAME,
                                UCT_REMAPRING_CONFIG_PREFIX,
                                uct_remapring_md_config_table,
+                               uct_remapring_md_config_t,
                                uct_remapring_sm_query_md_resources,
                                uct_remapring_sm_component_md_open,
                                uct_remapring_sm_component_rkey_unpack);

@@ -131,8 +131,19 @@ typedef struct uct_remapring_verbs_dev {
     unsigned           odp_rec_align; /* record alignment in odp mode */
     int                odp_probed; /* uct_remapring_verbs_dev_probe_odp() */
     unsigned           max_rd_atomic;
+    int                gid_index; /* UCX_REMAPRDMA_GID_INDEX; -1: auto */
     char               name[IBV_SYSFS_NAME_MAX];
 } uct_remapring_verbs_dev_t;
+
+
+/**
+ * Memory domain configuration (UCX_REMAPRDMA_*, and UCX_REMAPRING_* for the
+ * settings both transports share).
+ */
+typedef struct uct_remapring_verbs_md_config {
+    uct_remapring_md_config_t super;
+    unsigned long             gid_index; /* UCS_ULUNITS_AUTO: auto */
+} uct_remapring_verbs_md_config_t;
 
 
 /**
@@ -370,6 +381,7 @@ typedef struct uct_remapring_verbs_iface {
     struct rdma_event_channel  *channel;
     struct rdma_cm_id          *listen_id;
     struct sockaddr_storage    addr;     /* the port's, listening */
+    int                        ifindex;  /* its network interface, or 0 */
     uint16_t                   cm_port;  /* network order */
     khash_t(uct_remapring_vconns) qps;   /* by QP number */
     ucs_list_link_t            rx_conns;
@@ -411,11 +423,14 @@ uct_remapring_verbs_query_tl_devices(uct_md_h md,
  *  (sets odp_rec_align, or clears odp when they land elsewhere) */
 void uct_remapring_verbs_dev_probe_odp(uct_remapring_verbs_dev_t *dev);
 
-/** The IP address of port @a port of @a ctx, and the index and value of
- *  its GID; false if it has none */
+/** The IP address of port @a port of @a ctx, from GID entry @a gid_index
+ *  (-1: the first that carries one, IPv4 RoCE v2 first), the index and
+ *  value of that GID and the index of its network interface (0 where the
+ *  device names none); false if it has none */
 int uct_remapring_verbs_port_gid(struct ibv_context *ctx, uint8_t port,
-                                 struct sockaddr_storage *ss, int *index_p,
-                                 union ibv_gid *gid_p);
+                                 int gid_index, struct sockaddr_storage *ss,
+                                 int *index_p, union ibv_gid *gid_p,
+                                 int *ifindex_p);
 
 /**
  * What device attributes @a dev and port attributes @a port allow an
@@ -441,8 +456,30 @@ ucs_status_t uct_remapring_verbs_limits(const char *name,
  */
 uint8_t uct_remapring_verbs_rnr_code(double seconds);
 
-/** The IP address of port @a port of @a ctx; false if it has none */
+/** uct_remapring_verbs_port_gid(), the address and network interface
+ *  alone (@a ifindex_p may be NULL) */
 int uct_remapring_verbs_port_addr(struct ibv_context *ctx, uint8_t port,
-                                  struct sockaddr_storage *ss);
+                                  int gid_index, struct sockaddr_storage *ss,
+                                  int *ifindex_p);
+
+/**
+ * The kernel's route to @a dst (netlink RTM_GETROUTE): the index of the
+ * interface it leaves by in *@a oif_p (0 if none is named), and in
+ * *@a local_p whether @a dst is an address of this host. -1 where there is
+ * no route, or netlink cannot be asked.
+ */
+int uct_remapring_verbs_route(const struct sockaddr_storage *dst, int *oif_p,
+                              int *local_p);
+
+/**
+ * Whether a peer whose port has address @a peer is reachable from our port,
+ * whose address is @a ours and whose network interface is @a ifindex: it is
+ * our own address (the port loops back), or the kernel routes it out
+ * through our port's interface, as UCX's RoCE transports decide. With no
+ * interface known (@a ifindex 0), any peer of the same address family.
+ */
+int uct_remapring_verbs_routable(const struct sockaddr_storage *ours,
+                                 int ifindex,
+                                 const struct sockaddr_storage *peer);
 
 #endif

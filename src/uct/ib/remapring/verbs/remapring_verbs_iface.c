@@ -2308,14 +2308,29 @@ uct_remapring_verbs_iface_is_reachable(const uct_iface_h tl_iface,
     const uct_remapring_verbs_iface_addr_t *addr = (const void*)iface_addr;
     const uct_remapring_verbs_dev_addr_t *dev    = (const void*)dev_addr;
 
+    uct_remapring_verbs_iface_t *verbs = uct_remapring_verbs(iface);
+    struct sockaddr_storage peer       = {};
+
     /* the shm transport's addresses are of another kind: the magic is
      * checked before anything else is read */
-    return (addr != NULL) && (dev != NULL) &&
-           (addr->magic == UCT_REMAPRING_VERBS_ADDR_MAGIC) &&
-           (addr->version == UCT_REMAPRING_VERBS_VERSION) &&
-           (dev->magic == UCT_REMAPRING_VERBS_MAGIC) &&
-           (dev->family == uct_remapring_verbs(iface)->addr.ss_family) &&
-           (addr->max_payload >= iface->tx.max_bcopy);
+    if ((addr == NULL) || (dev == NULL) ||
+        (addr->magic != UCT_REMAPRING_VERBS_ADDR_MAGIC) ||
+        (addr->version != UCT_REMAPRING_VERBS_VERSION) ||
+        (dev->magic != UCT_REMAPRING_VERBS_MAGIC) ||
+        (dev->family != verbs->addr.ss_family) ||
+        (addr->max_payload < iface->tx.max_bcopy)) {
+        return 0;
+    }
+
+    /* the kernel routes the peer's address out through our port */
+    peer.ss_family = dev->family;
+    if (dev->family == AF_INET) {
+        memcpy(&((struct sockaddr_in*)&peer)->sin_addr, dev->ip, 4);
+    } else {
+        memcpy(&((struct sockaddr_in6*)&peer)->sin6_addr, dev->ip, 16);
+    }
+
+    return uct_remapring_verbs_routable(&verbs->addr, verbs->ifindex, &peer);
 }
 
 static ucs_status_t
@@ -2903,7 +2918,8 @@ static UCS_CLASS_INIT_FUNC(uct_remapring_verbs_iface_t, uct_md_h md,
     ucs_list_head_init(&self->zombies);
     kh_init_inplace(uct_remapring_vconns, &self->qps);
 
-    if (!uct_remapring_verbs_port_addr(dev->ctx, port, &self->addr)) {
+    if (!uct_remapring_verbs_port_addr(dev->ctx, port, dev->gid_index,
+                                       &self->addr, &self->ifindex)) {
         ucs_error("%s has no IP address", params->mode.device.dev_name);
         status = UCS_ERR_NO_DEVICE;
         goto err;

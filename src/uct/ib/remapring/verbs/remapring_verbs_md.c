@@ -21,6 +21,9 @@
 
 #include <arpa/inet.h>
 #include <inttypes.h>
+#include <linux/netlink.h>
+#include <linux/rtnetlink.h>
+#include <unistd.h>
 #include <sched.h>
 #include <string.h>
 #include <sys/mman.h>
@@ -69,55 +72,72 @@ static struct ibv_context *uct_remapring_verbs_find_ctx(const char *name)
     return ctx;
 }
 
-/* The IP address of a port: an IPv4-mapped GID (RoCE), RoCE v2 first; or a
- * global IPv6 RoCE v2 one. An InfiniBand port (no such GID) is not offered:
- * rdma_cm would need its IPoIB address. */
-int uct_remapring_verbs_port_gid(struct ibv_context *ctx, uint8_t port,
-                                 struct sockaddr_storage *ss, int *index_p,
-                                 union ibv_gid *gid_p)
+/* The IP address a GID carries, if any: IPv4-mapped (RoCE), or a global
+ * IPv6 one of RoCE v2 (a link-local one would need the interface too) */
+static int uct_remapring_verbs_gid_ip(const struct ibv_gid_entry *entry,
+                                      struct sockaddr_storage *ss)
 {
     static const uint8_t v4_prefix[12] = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0,
                                           0xff, 0xff};
-    struct ibv_port_attr port_attr;
-    struct ibv_gid_entry entry;
+    const uint8_t *raw = entry->gid.raw;
     struct sockaddr_in6 *sin6;
     struct sockaddr_in *sin;
-    int index, pass, v4, v2;
+
+    memset(ss, 0, sizeof(*ss));
+    if (!memcmp(raw, v4_prefix, sizeof(v4_prefix))) {
+        sin             = (struct sockaddr_in*)ss;
+        sin->sin_family = AF_INET;
+        memcpy(&sin->sin_addr, &raw[12], 4);
+        return 1;
+    }
+
+    if ((entry->gid_type == IBV_GID_TYPE_ROCE_V2) &&
+        !((raw[0] == 0xfe) && ((raw[1] & 0xc0) == 0x80))) {
+        sin6              = (struct sockaddr_in6*)ss;
+        sin6->sin6_family = AF_INET6;
+        memcpy(&sin6->sin6_addr, raw, 16);
+        return 1;
+    }
+
+    return 0;
+}
+
+/* The IP address of a port, from its GID table: the entry @a gid_index
+ * names (-1: auto, an IPv4-mapped GID, RoCE v2 first, else a global IPv6
+ * RoCE v2 one). An InfiniBand port (no such GID) is not offered: rdma_cm
+ * would need its IPoIB address. */
+int uct_remapring_verbs_port_gid(struct ibv_context *ctx, uint8_t port,
+                                 int gid_index, struct sockaddr_storage *ss,
+                                 int *index_p, union ibv_gid *gid_p,
+                                 int *ifindex_p)
+{
+    struct ibv_port_attr port_attr;
+    struct ibv_gid_entry entry;
+    int index, pass, first, last;
 
     if (ibv_query_port(ctx, port, &port_attr) != 0) {
         return 0;
     }
 
-    for (pass = 0; pass < 3; ++pass) {
-        for (index = 0; index < port_attr.gid_tbl_len; ++index) {
-            if (ibv_query_gid_ex(ctx, port, index, &entry, 0) != 0) {
+    first = (gid_index < 0) ? 0 : gid_index;
+    last  = (gid_index < 0) ? port_attr.gid_tbl_len - 1 :
+                              ucs_min(gid_index, port_attr.gid_tbl_len - 1);
+    for (pass = (gid_index < 0) ? 0 : 2; pass < 3; ++pass) {
+        for (index = first; index <= last; ++index) {
+            if ((ibv_query_gid_ex(ctx, port, index, &entry, 0) != 0) ||
+                !uct_remapring_verbs_gid_ip(&entry, ss) ||
+                ((pass == 0) && ((ss->ss_family != AF_INET) ||
+                                 (entry.gid_type != IBV_GID_TYPE_ROCE_V2))) ||
+                ((pass == 1) && (ss->ss_family != AF_INET))) {
                 continue;
             }
 
-            v4 = !memcmp(entry.gid.raw, v4_prefix, sizeof(v4_prefix));
-            v2 = (entry.gid_type == IBV_GID_TYPE_ROCE_V2);
-            if (((pass == 0) && v4 && v2) || ((pass == 1) && v4)) {
-                sin = (struct sockaddr_in*)ss;
-                memset(ss, 0, sizeof(*ss));
-                sin->sin_family = AF_INET;
-                memcpy(&sin->sin_addr, &entry.gid.raw[12], 4);
-                *index_p = index;
-                *gid_p   = entry.gid;
-                return 1;
+            *index_p = index;
+            *gid_p   = entry.gid;
+            if (ifindex_p != NULL) {
+                *ifindex_p = entry.ndev_ifindex;
             }
-
-            /* not link-local: rdma_cm would need the interface too */
-            if ((pass == 2) && !v4 && v2 &&
-                !((entry.gid.raw[0] == 0xfe) &&
-                  ((entry.gid.raw[1] & 0xc0) == 0x80))) {
-                sin6 = (struct sockaddr_in6*)ss;
-                memset(ss, 0, sizeof(*ss));
-                sin6->sin6_family = AF_INET6;
-                memcpy(&sin6->sin6_addr, entry.gid.raw, 16);
-                *index_p = index;
-                *gid_p   = entry.gid;
-                return 1;
-            }
+            return 1;
         }
     }
 
@@ -125,12 +145,134 @@ int uct_remapring_verbs_port_gid(struct ibv_context *ctx, uint8_t port,
 }
 
 int uct_remapring_verbs_port_addr(struct ibv_context *ctx, uint8_t port,
-                                  struct sockaddr_storage *ss)
+                                  int gid_index, struct sockaddr_storage *ss,
+                                  int *ifindex_p)
 {
     union ibv_gid gid;
     int index;
 
-    return uct_remapring_verbs_port_gid(ctx, port, ss, &index, &gid);
+    return uct_remapring_verbs_port_gid(ctx, port, gid_index, ss, &index, &gid,
+                                        ifindex_p);
+}
+
+/* The address bytes of an IPv4 or IPv6 socket address, and their length */
+static const void *uct_remapring_verbs_ip(const struct sockaddr_storage *ss,
+                                          size_t *len_p)
+{
+    if (ss->ss_family == AF_INET) {
+        *len_p = 4;
+        return &((const struct sockaddr_in*)ss)->sin_addr;
+    } else if (ss->ss_family == AF_INET6) {
+        *len_p = 16;
+        return &((const struct sockaddr_in6*)ss)->sin6_addr;
+    }
+
+    *len_p = 0;
+    return NULL;
+}
+
+int uct_remapring_verbs_route(const struct sockaddr_storage *dst, int *oif_p,
+                              int *local_p)
+{
+    struct {
+        struct nlmsghdr nh;
+        struct rtmsg    rt;
+        char            attrs[RTA_SPACE(16)];
+    } req;
+    struct sockaddr_nl kernel = {.nl_family = AF_NETLINK};
+    struct timeval timeout    = {.tv_sec = 1};
+    char reply[8192];
+    const struct rtmsg *rt;
+    struct nlmsghdr *nh;
+    struct rtattr *rta;
+    const void *ip;
+    int fd, attrlen, ret = -1;
+    ssize_t len;
+    size_t iplen;
+
+    ip = uct_remapring_verbs_ip(dst, &iplen);
+    if (ip == NULL) {
+        return -1;
+    }
+
+    memset(&req, 0, sizeof(req));
+    req.nh.nlmsg_len    = NLMSG_LENGTH(sizeof(req.rt));
+    req.nh.nlmsg_type   = RTM_GETROUTE;
+    req.nh.nlmsg_flags  = NLM_F_REQUEST;
+    req.nh.nlmsg_seq    = 1;
+    req.rt.rtm_family   = dst->ss_family;
+    req.rt.rtm_dst_len  = iplen * 8;
+    rta                 = (struct rtattr*)((char*)&req +
+                                           NLMSG_ALIGN(req.nh.nlmsg_len));
+    rta->rta_type       = RTA_DST;
+    rta->rta_len        = RTA_LENGTH(iplen);
+    memcpy(RTA_DATA(rta), ip, iplen);
+    req.nh.nlmsg_len    = NLMSG_ALIGN(req.nh.nlmsg_len) +
+                          RTA_ALIGN(rta->rta_len);
+
+    fd = socket(AF_NETLINK, SOCK_RAW | SOCK_CLOEXEC, NETLINK_ROUTE);
+    if (fd < 0) {
+        ucs_debug("netlink socket: %m");
+        return -1;
+    }
+
+    setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &timeout, sizeof(timeout));
+    if (sendto(fd, &req, req.nh.nlmsg_len, 0, (struct sockaddr*)&kernel,
+               sizeof(kernel)) < 0) {
+        ucs_debug("netlink RTM_GETROUTE: %m");
+        goto out;
+    }
+
+    len = recv(fd, reply, sizeof(reply), 0);
+    for (nh = (struct nlmsghdr*)reply; (len > 0) && NLMSG_OK(nh, len);
+         nh = NLMSG_NEXT(nh, len)) {
+        if (nh->nlmsg_type != RTM_NEWROUTE) {
+            break; /* NLMSG_ERROR: no route */
+        }
+
+        rt       = NLMSG_DATA(nh);
+        *local_p = (rt->rtm_type == RTN_LOCAL);
+        *oif_p   = 0;
+        attrlen  = RTM_PAYLOAD(nh);
+        for (rta = RTM_RTA(rt); RTA_OK(rta, attrlen);
+             rta = RTA_NEXT(rta, attrlen)) {
+            if ((rta->rta_type == RTA_OIF) &&
+                (RTA_PAYLOAD(rta) >= sizeof(int))) {
+                memcpy(oif_p, RTA_DATA(rta), sizeof(int));
+            }
+        }
+        ret = 0;
+        break;
+    }
+
+out:
+    close(fd);
+    return ret;
+}
+
+int uct_remapring_verbs_routable(const struct sockaddr_storage *ours,
+                                 int ifindex,
+                                 const struct sockaddr_storage *peer)
+{
+    const void *our_ip, *peer_ip;
+    size_t our_len, peer_len;
+    int oif, local;
+
+    our_ip  = uct_remapring_verbs_ip(ours, &our_len);
+    peer_ip = uct_remapring_verbs_ip(peer, &peer_len);
+    if ((our_ip == NULL) || (peer_ip == NULL) ||
+        (ours->ss_family != peer->ss_family)) {
+        return 0;
+    }
+
+    if (!memcmp(our_ip, peer_ip, our_len) || (ifindex == 0)) {
+        return 1; /* our own port, or no interface to route by */
+    }
+
+    /* another address of this host is another port (or not a port at all):
+     * a route leaves by an interface, a local address does not */
+    return (uct_remapring_verbs_route(peer, &oif, &local) == 0) && !local &&
+           (oif == ifindex);
 }
 
 /* Whether some port of @a ctx is active and has an address */
@@ -148,7 +290,7 @@ static int uct_remapring_verbs_ctx_usable(struct ibv_context *ctx)
     for (port = 1; port <= attr.phys_port_cnt; ++port) {
         if ((ibv_query_port(ctx, port, &port_attr) == 0) &&
             (port_attr.state == IBV_PORT_ACTIVE) &&
-            uct_remapring_verbs_port_addr(ctx, port, &ss)) {
+            uct_remapring_verbs_port_addr(ctx, port, -1, &ss, NULL)) {
             return 1;
         }
     }
@@ -226,7 +368,14 @@ uct_remapring_verbs_query_tl_devices(uct_md_h uct_md,
     for (port = 1; port <= attr.phys_port_cnt; ++port) {
         if ((ibv_query_port(ctx, port, &port_attr) != 0) ||
             (port_attr.state != IBV_PORT_ACTIVE) ||
-            !uct_remapring_verbs_port_addr(ctx, port, &ss)) {
+            !uct_remapring_verbs_port_addr(ctx, port, md->dev->gid_index,
+                                           &ss, NULL)) {
+            if ((port_attr.state == IBV_PORT_ACTIVE) &&
+                (md->dev->gid_index >= 0)) {
+                ucs_diag("%s:%u: GID %d carries no IP address"
+                         " (UCX_REMAPRDMA_GID_INDEX): not offered",
+                         md->dev->name, port, md->dev->gid_index);
+            }
             continue;
         }
 
@@ -416,7 +565,8 @@ uct_remapring_verbs_odp_probe(uct_remapring_verbs_dev_t *dev)
     for (port = 1; port <= dev_attr.phys_port_cnt; ++port) {
         if ((ibv_query_port(dev->ctx, port, &port_attr) == 0) &&
             (port_attr.state == IBV_PORT_ACTIVE) &&
-            uct_remapring_verbs_port_gid(dev->ctx, port, &ss, &index, &gid)) {
+            uct_remapring_verbs_port_gid(dev->ctx, port, dev->gid_index, &ss,
+                                         &index, &gid, NULL)) {
             break;
         }
     }
@@ -611,6 +761,8 @@ static ucs_status_t
 uct_remapring_verbs_md_open(uct_component_t *component, const char *name,
                             const uct_md_config_t *config, uct_md_h *md_p)
 {
+    const uct_remapring_verbs_md_config_t *md_config =
+            ucs_derived_of(config, uct_remapring_verbs_md_config_t);
     struct ibv_device_attr_ex attr;
     uct_remapring_verbs_dev_t *dev;
     uct_remapring_verbs_md_t *md;
@@ -641,6 +793,9 @@ uct_remapring_verbs_md_open(uct_component_t *component, const char *name,
                (rc_caps & IBV_ODP_SUPPORT_WRITE) &&
                (rc_caps & IBV_ODP_SUPPORT_READ);
     dev->max_rd_atomic = ucs_min(attr.orig_attr.max_qp_rd_atom, 16);
+    dev->gid_index     = (md_config->gid_index == UCS_ULUNITS_AUTO) ?
+                                 -1 :
+                                 (int)md_config->gid_index;
     ucs_strncpy_zero(dev->name, name, sizeof(dev->name));
 
     dev->pd = ibv_alloc_pd(dev->ctx);
@@ -691,8 +846,18 @@ static uct_md_ops_t uct_remapring_verbs_md_ops = {
 /* UCX_REMAPRING_<NAME> sets a memory domain setting for both transports,
  * UCX_REMAPRDMA_<NAME> for this one only */
 static ucs_config_field_t uct_remapring_verbs_md_config_table[] = {
-    {UCT_REMAPRING_CONFIG_PREFIX, "", NULL, 0,
+    {UCT_REMAPRING_CONFIG_PREFIX, "", NULL,
+     ucs_offsetof(uct_remapring_verbs_md_config_t, super),
      UCS_CONFIG_TYPE_TABLE(uct_remapring_md_config_table)},
+
+    {"GID_INDEX", "auto",
+     "The entry of a port's GID table whose IP address the port is offered\n"
+     "and connected with (rdma_cm listens on it; a peer's route to it is\n"
+     "what makes the peer reachable). auto: an IPv4-mapped GID, RoCE v2\n"
+     "first, else a global IPv6 RoCE v2 one. A port whose chosen entry\n"
+     "carries no IP address is not offered.",
+     ucs_offsetof(uct_remapring_verbs_md_config_t, gid_index),
+     UCS_CONFIG_TYPE_ULUNITS},
 
     {NULL}
 };
@@ -701,6 +866,7 @@ UCT_REMAPRING_COMPONENT_DEFINE(uct_remapring_verbs_component,
                                UCT_REMAPRING_VERBS_NAME,
                                UCT_REMAPRING_VERBS_CONFIG_PREFIX,
                                uct_remapring_verbs_md_config_table,
+                               uct_remapring_verbs_md_config_t,
                                uct_remapring_verbs_query_md_resources,
                                uct_remapring_verbs_md_open,
                                uct_remapring_verbs_rkey_unpack);

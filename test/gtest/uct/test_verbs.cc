@@ -7,10 +7,19 @@
  * and the figures of devices it could never have are the point), and the
  * RNR timer's code. The figures named mlx5 are a ConnectX-5's, as
  * ibv_devinfo -v prints them; those named "a small NIC" are made up, within
- * what the verbs API allows, to reach every limit at once.
+ * what the verbs API allows, to reach every limit at once. Reachability is
+ * checked against this host's routing table (netlink, and ip(8) to compare).
  */
 
 #include <gtest/gtest.h>
+
+#include <arpa/inet.h>
+#include <ifaddrs.h>
+#include <net/if.h>
+
+#include <cstdio>
+#include <cstring>
+#include <string>
 
 extern "C" {
 #include <uct/ib/remapring/verbs/remapring_verbs.h>
@@ -164,4 +173,164 @@ TEST(verbs_limits, rnr_timer_codes)
     /* never 0, the connection manager's 655.36 ms */
     EXPECT_EQ(1, uct_remapring_verbs_rnr_code(0));
     EXPECT_EQ(31, uct_remapring_verbs_rnr_code(10.0));
+}
+
+/*
+ * Reachability by route (uct_remapring_verbs_route() and _routable()),
+ * against this host's real routing table: what the kernel says through
+ * netlink must be what `ip route get` says, and a peer is reachable from a
+ * port only where the route leaves by the port's interface.
+ */
+namespace {
+
+struct sockaddr_storage v4(const char *ip)
+{
+    struct sockaddr_storage ss = {};
+    auto *sin                  = (struct sockaddr_in*)&ss;
+
+    sin->sin_family = AF_INET;
+    EXPECT_EQ(1, inet_pton(AF_INET, ip, &sin->sin_addr)) << ip;
+    return ss;
+}
+
+/* The first IPv4 address of an interface that is up and not loopback, its
+ * prefix length and its interface's index; false if there is none */
+bool host_ipv4(std::string *ip, unsigned *prefix, int *ifindex)
+{
+    struct ifaddrs *list, *ifa;
+    char buf[INET_ADDRSTRLEN];
+    bool found = false;
+
+    if (getifaddrs(&list) != 0) {
+        return false;
+    }
+
+    for (ifa = list; (ifa != nullptr) && !found; ifa = ifa->ifa_next) {
+        if ((ifa->ifa_addr == nullptr) ||
+            (ifa->ifa_addr->sa_family != AF_INET) ||
+            (ifa->ifa_flags & IFF_LOOPBACK) || !(ifa->ifa_flags & IFF_UP)) {
+            continue;
+        }
+
+        inet_ntop(AF_INET, &((struct sockaddr_in*)ifa->ifa_addr)->sin_addr,
+                  buf, sizeof(buf));
+        *ip      = buf;
+        *prefix  = __builtin_popcount(
+                ((struct sockaddr_in*)ifa->ifa_netmask)->sin_addr.s_addr);
+        *ifindex = if_nametoindex(ifa->ifa_name);
+        found    = (*ifindex != 0);
+    }
+
+    freeifaddrs(list);
+    return found;
+}
+
+/* `ip -o route get IP`: the interface index it names, 0 for a local
+ * address, -1 for no route */
+int ip_route_get(const std::string &ip)
+{
+    std::string cmd = "ip -o route get " + ip + " 2>/dev/null", out;
+    char line[512], dev[IF_NAMESIZE + 1];
+    FILE *f = popen(cmd.c_str(), "r");
+    const char *p;
+
+    if (f == nullptr) {
+        return -2;
+    }
+    while (fgets(line, sizeof(line), f) != nullptr) {
+        out += line;
+    }
+    if (pclose(f) != 0) {
+        return -1;
+    }
+    if (out.compare(0, 6, "local ") == 0) {
+        return 0;
+    }
+    p = strstr(out.c_str(), " dev ");
+    if ((p == nullptr) || (sscanf(p, " dev %16s", dev) != 1)) {
+        return -2;
+    }
+    return if_nametoindex(dev);
+}
+
+} // namespace
+
+TEST(verbs_route, netlink_says_what_ip_route_says)
+{
+    std::string ip, other;
+    unsigned prefix;
+    int ifindex, oif, local;
+    struct in_addr a;
+
+    if (system("ip -V >/dev/null 2>&1") != 0) {
+        GTEST_SKIP() << "no ip(8) (iproute2) to compare with";
+    }
+    if (!host_ipv4(&ip, &prefix, &ifindex)) {
+        GTEST_SKIP() << "no IPv4 address on an interface that is up";
+    }
+
+    /* a local address: no interface to leave by */
+    auto self = v4(ip.c_str());
+    ASSERT_EQ(0, uct_remapring_verbs_route(&self, &oif, &local));
+    EXPECT_TRUE(local);
+    auto lo = v4("127.0.0.1");
+    ASSERT_EQ(0, uct_remapring_verbs_route(&lo, &oif, &local));
+    EXPECT_TRUE(local);
+
+    /* another address of the interface's subnet, and one outside it */
+    inet_pton(AF_INET, ip.c_str(), &a);
+    a.s_addr ^= htonl((prefix < 31) ? 1u : 0u) ^ htonl((prefix < 30) ? 2u : 0u);
+    other = inet_ntoa(a);
+    for (const std::string &dst : {other, std::string("198.51.100.7")}) {
+        int want = ip_route_get(dst);
+        auto ss  = v4(dst.c_str());
+        int ret  = uct_remapring_verbs_route(&ss, &oif, &local);
+
+        ASSERT_NE(-2, want) << "cannot read ip route get " << dst;
+        if (want < 0) {
+            EXPECT_EQ(-1, ret) << dst;
+        } else {
+            ASSERT_EQ(0, ret) << dst;
+            EXPECT_EQ(want == 0, (bool)local) << dst;
+            if (want > 0) {
+                EXPECT_EQ(want, oif) << dst;
+            }
+        }
+    }
+}
+
+TEST(verbs_route, reachable_where_the_route_leaves_by_the_port)
+{
+    std::string ip, other;
+    unsigned prefix;
+    int ifindex;
+    struct in_addr a;
+
+    if (!host_ipv4(&ip, &prefix, &ifindex) || (prefix > 29)) {
+        GTEST_SKIP() << "no IPv4 subnet of 8 addresses or more on an"
+                        " interface that is up";
+    }
+
+    inet_pton(AF_INET, ip.c_str(), &a);
+    a.s_addr ^= htonl(2);
+    other = inet_ntoa(a);
+
+    auto ours = v4(ip.c_str());
+    auto peer = v4(other.c_str());
+    auto lo2  = v4("127.0.0.2");
+    struct sockaddr_storage v6 = {};
+    v6.ss_family = AF_INET6;
+
+    /* our own address: the port loops back */
+    EXPECT_TRUE(uct_remapring_verbs_routable(&ours, ifindex, &ours));
+    /* a neighbour, routed out through the port's interface */
+    EXPECT_TRUE(uct_remapring_verbs_routable(&ours, ifindex, &peer));
+    /* the same neighbour, from a port on another interface */
+    EXPECT_FALSE(uct_remapring_verbs_routable(&ours, ifindex + 1000, &peer));
+    /* an address of this host that is not our port's */
+    EXPECT_FALSE(uct_remapring_verbs_routable(&ours, ifindex, &lo2));
+    /* another family */
+    EXPECT_FALSE(uct_remapring_verbs_routable(&ours, ifindex, &v6));
+    /* no interface known: the family decides */
+    EXPECT_TRUE(uct_remapring_verbs_routable(&ours, 0, &lo2));
 }
