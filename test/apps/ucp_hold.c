@@ -14,7 +14,7 @@
  * usage: ucp_hold [-n count] [-s seed] [-M max_size] [-m min_size]
  *                 [-p hold_percent] [-t hold_max_usec] [-H max_held]
  *                 [-T am|tag|both] [-D bytes] [-d seconds] [-S interval_ms]
- *                 [-L port | -C host:port]
+ *                 [-P max_pause_ms [-E every]] [-L port | -C host:port]
  *   -D  fail if an eager active message of more than this many bytes
  *       arrives without a data descriptor
  *       (the transport delivered it without UCT_CB_PARAM_FLAG_DESC)
@@ -28,6 +28,14 @@
  *       receiver checks duplicates and losses in a window of SEEN_WINDOW
  *       messages: one arriving that far after the first still missing is
  *       an error
+ *   -P  the receiver stops progressing (sleeps) for a random 1/4 to all of
+ *       max_pause_ms after every E messages it received (-E, default
+ *       2000), and prints how many pauses and the longest, and the longest
+ *       time between two messages' arrivals with its pauses not counted
+ *       (what the transport added: an RNR NAK's wait, say); the sender prints
+ *       its longest stall, the longest time one send waited for the one
+ *       SEND_WINDOW sends before it to complete (from the third window on:
+ *       the first ones wait for the connection)
  *   -S  every interval_ms, each side prints a line "sample SIDE T RSS_KIB
  *       ANON_KIB SHMEM_KIB VMAS RING_VMAS FOLD_VMAS FDS POOL_BLOCKS MESSAGES
  *       HELD" (proc_stats.h; FOLD_VMAS: of the VMAS, those the pool's
@@ -96,7 +104,9 @@ static struct {
     long     expect_desc; /* -1: no check */
     double   duration;    /* seconds; 0: send count messages */
     double   sample_ms;   /* 0: no samples */
-} opt = {100000, 1, 1 << 20, 0, 0.25, 2000, 1024, 1, 1, -1, 0, 0};
+    double   pause_ms;    /* 0: the receiver never pauses */
+    uint64_t pause_every;
+} opt = {100000, 1, 1 << 20, 0, 0.25, 2000, 1024, 1, 1, -1, 0, 0, 0, 2000};
 
 /* -S: the module's pool block counter, and when the next sample is due */
 static struct {
@@ -118,6 +128,9 @@ static struct {
     uint64_t     am_msgs, tag_msgs, am_expected, tag_expected;
     uint64_t     bytes, held_msgs, held_bytes, held_rndv, rndv_msgs;
     uint64_t     no_desc, max_nheld, rndv_inflight;
+    uint64_t     npauses, next_pause;
+    double       max_pause_us;
+    double       last_arrival, paused_us, max_gap_us; /* -P */
 } rx;
 
 static int oob_fd = -1;
@@ -418,6 +431,23 @@ static void rndv_recv(void *desc, uint64_t i, size_t len)
     rndv_finish(r);
 }
 
+/* -P: a message arrived; the longest time between two, the receiver's own
+ * pauses not counted, is how long the transport kept messages from it */
+static void arrived(void)
+{
+    double now = now_usec(), gap;
+
+    if (opt.pause_ms <= 0) {
+        return;
+    }
+    gap = now - rx.last_arrival - rx.paused_us;
+    if ((rx.last_arrival > 0) && (gap > rx.max_gap_us)) {
+        rx.max_gap_us = gap;
+    }
+    rx.last_arrival = now;
+    rx.paused_us    = 0;
+}
+
 static ucs_status_t am_cb(void *arg, const void *header, size_t header_length,
                           void *data, size_t length,
                           const ucp_am_recv_param_t *param)
@@ -431,6 +461,7 @@ static ucs_status_t am_cb(void *arg, const void *header, size_t header_length,
     }
     memcpy(&hdr, header, sizeof(hdr));
     mark_seen(hdr.index, length, 0);
+    arrived();
 
     if (param->recv_attr & UCP_AM_RECV_ATTR_FLAG_RNDV) {
         ++rx.rndv_msgs;
@@ -519,6 +550,7 @@ static void tag_done(void *request, ucs_status_t status,
         ++rx.errors;
     } else {
         r->length = info->length;
+        arrived();
     }
     r->done = 1;
 }
@@ -645,6 +677,9 @@ static int sender(int fd)
     char                result;
     double              deadline;
 
+    double              t, max_stall_us = 0;
+    uint64_t            stall_at = 0;
+
     setup(fd, &ctx, &worker, &ep);
     for (k = 0; k < SEND_WINDOW; ++k) {
         bufs[k] = malloc(opt.max_size ? opt.max_size : 1);
@@ -663,7 +698,14 @@ static int sender(int fd)
         }
         sample("sender", i, -1, 0);
         k = i % SEND_WINDOW;
+        t = now_usec();
         wait_req(worker, reqs[k], "send");
+        t = now_usec() - t;
+        /* the first window's completions wait for the connection too */
+        if ((i >= 2 * SEND_WINDOW) && (t > max_stall_us)) {
+            max_stall_us = t;
+            stall_at     = i;
+        }
         reqs[k] = NULL;
         len = msg_size(i);
         fill(bufs[k], i, len);
@@ -693,6 +735,10 @@ static int sender(int fd)
     sample("sender", i, -1, 1);
     printf("sender: %" PRIu64 " messages (%" PRIu64 " tag), %" PRIu64
            " bytes\n", i, ntag, bytes);
+    if (opt.pause_ms > 0) {
+        printf("sender: longest stall %.1f ms, before message %" PRIu64 "\n",
+               max_stall_us / 1e3, stall_at);
+    }
     fflush(stdout);
     /* -d: the receiver learns how many messages there were */
     if (opt.duration && xfer(fd, &i, sizeof(i), 1)) {
@@ -751,7 +797,8 @@ static int receiver(int fd)
     }
     touch(tbuf, opt.max_size);
     touch(rx.seen, rx.seen_window);
-    rx.rng = splitmix64(opt.seed ^ 0x5eed);
+    rx.rng        = splitmix64(opt.seed ^ 0x5eed);
+    rx.next_pause = opt.pause_every;
 
     hparam.field_mask = UCP_AM_HANDLER_PARAM_FIELD_ID |
                         UCP_AM_HANDLER_PARAM_FIELD_CB |
@@ -813,6 +860,19 @@ static int receiver(int fd)
         if ((spins % 64) == 0 || rx.nheld >= opt.max_held) {
             release_due(0);
         }
+        /* -P: no progress for a while, as a busy application makes none */
+        if ((opt.pause_ms > 0) &&
+            (rx.am_msgs + rx.tag_msgs >= rx.next_pause)) {
+            double pause_us = opt.pause_ms * 1e3 *
+                              (0.25 + 0.75 * (rx_rand() % 1000) / 999.0);
+            usleep((useconds_t)pause_us);
+            rx.paused_us += pause_us;
+            ++rx.npauses;
+            if (pause_us > rx.max_pause_us) {
+                rx.max_pause_us = pause_us;
+            }
+            rx.next_pause = rx.am_msgs + rx.tag_msgs + opt.pause_every;
+        }
         sample("receiver", rx.am_msgs + rx.tag_msgs, rx.nheld, 0);
         check_peer(&spins);
         if (rx.errors > 20) {
@@ -842,6 +902,11 @@ static int receiver(int fd)
            "deferred %" PRIu64 " rendezvous, at most %" PRIu64 " at once; "
            "%" PRIu64 " without a data descriptor\n", rx.held_msgs,
            rx.held_bytes, rx.held_rndv, rx.max_nheld, rx.no_desc);
+    if (opt.pause_ms > 0) {
+        printf("receiver: %" PRIu64 " pauses, longest %.1f ms; longest gap"
+               " between messages, pauses not counted, %.1f ms\n",
+               rx.npauses, rx.max_pause_us / 1e3, rx.max_gap_us / 1e3);
+    }
     printf("receiver: %" PRIu64 " errors, %" PRIu64 " lost\n", rx.errors,
            lost);
     fflush(stdout);
@@ -862,7 +927,8 @@ static void usage(const char *prog)
     fprintf(stderr, "usage: %s [-n count] [-s seed] [-M max_size] "
             "[-m min_size] [-p hold_percent] [-t hold_max_usec] "
             "[-H max_held] [-T am|tag|both] [-D bytes] [-d seconds] "
-            "[-S interval_ms] [-L port | -C host:port]\n", prog);
+            "[-S interval_ms] [-P max_pause_ms [-E every]] "
+            "[-L port | -C host:port]\n", prog);
     exit(2);
 }
 
@@ -928,7 +994,7 @@ int main(int argc, char **argv)
     char  *listen_port = NULL, *connect_addr = NULL;
     pid_t pid;
 
-    while ((c = getopt(argc, argv, "n:s:M:m:p:t:H:T:D:d:S:L:C:h")) != -1) {
+    while ((c = getopt(argc, argv, "n:s:M:m:p:t:H:T:D:d:S:P:E:L:C:h")) != -1) {
         switch (c) {
         case 'n':
             opt.count   = strtoull(optarg, NULL, 0);
@@ -936,6 +1002,8 @@ int main(int argc, char **argv)
             break;
         case 'd': opt.duration    = atof(optarg);              break;
         case 'S': opt.sample_ms   = atof(optarg);              break;
+        case 'P': opt.pause_ms    = atof(optarg);              break;
+        case 'E': opt.pause_every = strtoull(optarg, NULL, 0); break;
         case 's': opt.seed        = strtoull(optarg, NULL, 0); break;
         case 'M': opt.max_size    = strtoull(optarg, NULL, 0); break;
         case 'm': opt.min_size    = strtoull(optarg, NULL, 0); break;

@@ -34,7 +34,11 @@
 #   again with holds that outlive a lap (one guest): in odp mode the
 #   receiver's pool must have remapped blocks under held slots while the
 #   device wrote the ring (its counter, from the interface's debug line)
-#   pair, with APPS: ucp_hold with the receiver on vm-a and the sender on
+#   pair, with APPS: small messages to a receiver that pauses its progress
+#   for 50-200 ms at random (ucp_hold -P): nothing lost, no two messages
+#   more than 300 ms apart besides the pauses (rdma_cm's RNR timer would
+#   keep a NAKed write back 655 ms), rxe's RNR counters printed;
+#   ucp_hold with the receiver on vm-a and the sender on
 #   vm-b (-L/-C), and test/apps/mpi_pingpong (APPS/mpi_pingpong_ompi and
 #   _mpich, built on the host) across the guests over remaprdma,self
 #   ucp_remap: a buffer sent by rendezvous (RDMA READ from its
@@ -414,6 +418,60 @@ fi
 
 # ucp_hold across the guests: the receiver on a, the sender on b
 if [ "$where" = pair ] && [ -n "$apps" ]; then
+    # small messages streamed to a receiver that stops progressing for
+    # 50-200 ms at a time: its receive requests run out, the sender's
+    # writes are NAKed (RNR) and retried after the QP's RNR timer, which
+    # rdma_cm would leave at 655 ms; the sender must stall no longer than
+    # the pause, plus what TCG adds
+    vm_note "a receiver that pauses: small messages from vm-b to vm-a"
+    rnr_counters() {
+        local d=/sys/class/infiniband/rxe0/ports/1/hw_counters
+        echo "$(cat $d/rcvd_rnr_err 2>/dev/null || echo 0)" \
+             "$(cat $d/send_rnr_err 2>/dev/null || echo 0)"
+    }
+    if [ "$VM_ROLE" = a ]; then
+        hold=(-L 17801)
+    else
+        hold=(-C vm-a:17801)
+    fi
+    read -r rnr_rcvd0 rnr_sent0 < <(rnr_counters)
+    # 64 receive requests (the fewest), so that a pause runs them out, and
+    # pinned mode, whose records are not on pages: a window holds thousands
+    "${rr[@]}" UCX_TLS=remaprdma,self UCX_REMAPRDMA_SRQ_SIZE=64 \
+        UCX_REMAPRDMA_MODE=pinned timeout 300 \
+        "$apps/ucp_hold" -n 40000 -s 9 -M 64 -m 0 -p 0 -T am -P 200 -E 8000 \
+        "${hold[@]}" > /tmp/pause 2>&1
+    st=$?
+    read -r rnr_rcvd1 rnr_sent1 < <(rnr_counters)
+    grep -v 'UCX  \(INFO\|DIAG\)' /tmp/pause | tail -4 | sed 's/^/   /'
+    echo "   rxe0: RNR NAKs received $((rnr_rcvd1 - rnr_rcvd0))," \
+         "sent $((rnr_sent1 - rnr_sent0))"
+    if [ "$VM_ROLE" = a ]; then
+        # after a pause, the receiver drains what landed; a write that
+        # found no receive request then waits out the sender's RNR timer:
+        # the longest time between two arrivals, pauses not counted, shows
+        # it (rdma_cm's 655 ms would, the 1.28 ms set does not)
+        gap=$(sed -n 's/^receiver: .* pauses not counted, \([0-9.]*\) ms$/\1/p' \
+                  /tmp/pause)
+        if [ $st -ne 0 ] || ! grep -q '^receiver: 0 errors, 0 lost' /tmp/pause ||
+           [ -z "$gap" ]; then
+            bad "a receiver that pauses: status $st"
+        elif awk -v g="$gap" 'BEGIN { exit !(g < 300) }'; then
+            check "a receiver that pauses: nothing lost, messages at most $gap ms apart besides the pauses"
+            [ $((rnr_sent1 - rnr_sent0)) -gt 0 ] ||
+                echo "   (no RNR NAK in this run: the pauses did not run the" \
+                     "receive requests out, so the RNR timer was not needed)"
+        else
+            bad "a receiver that pauses: messages $gap ms apart besides the pauses"
+        fi
+    else
+        # the sender's longest wait for a send: flow control at the start
+        # under TCG reaches a second without any pause, so it is printed,
+        # not judged
+        [ $st -eq 0 ] && check "a receiver that pauses: the sender" ||
+            bad "a receiver that pauses: the sender's status $st"
+    fi
+
     vm_note "ucp_hold from vm-b to vm-a over remaprdma,self on rxe0:1"
     if [ "$VM_ROLE" = a ]; then
         hold=(-L 17800)
