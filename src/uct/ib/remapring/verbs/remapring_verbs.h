@@ -104,7 +104,7 @@ typedef struct uct_remapring_verbs_iface_config {
     size_t staging;
     unsigned timeout;
     double rnr_timer;   /* seconds */
-    size_t max_inline;  /* UCS_MEMUNITS_AUTO: the device's */
+    size_t max_inline;  /* UCS_MEMUNITS_AUTO: UCT_REMAPRING_VERBS_MAX_INLINE_AUTO */
 } uct_remapring_verbs_iface_config_t;
 
 
@@ -376,7 +376,6 @@ typedef struct uct_remapring_verbs_iface {
     uint8_t                    rnr_code; /* QP RNR NAK timer, IB's code */
     uct_remapring_verbs_limits_t limits;
     int                        prefetch; /* odp: ibv_advise_mr works */
-    uint64_t                   prefetches; /* ibv_advise_mr calls */
     unsigned                   max_inline; /* asked of each QP */
     struct rdma_event_channel  *channel;
     struct rdma_cm_id          *listen_id;

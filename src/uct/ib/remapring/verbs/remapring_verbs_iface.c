@@ -810,7 +810,6 @@ static void uct_remapring_vconn_prefetch(uct_remapring_vconn_t *vconn,
         return;
     }
 
-    ++verbs->prefetches;
     vconn->prefetched = end;
 }
 
@@ -2908,8 +2907,7 @@ static UCS_CLASS_INIT_FUNC(uct_remapring_verbs_iface_t, uct_md_h md,
     self->nrx         = 0;
     self->cm_calls    = 0;
     self->check_calls = 0;
-    self->prefetch    = 1;
-    self->prefetches  = 0;
+    self->prefetch    = 1; /* until the provider says otherwise */
     self->pool_rkeys  = NULL;
     self->pool_mrs    = NULL;
     self->npool_mrs   = 0;
