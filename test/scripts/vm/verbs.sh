@@ -36,8 +36,9 @@
 #   device wrote the ring (its counter, from the interface's debug line)
 #   pair, with APPS: small messages to a receiver that pauses its progress
 #   for 50-200 ms at random (ucp_hold -P): nothing lost, no two messages
-#   more than 300 ms apart besides the pauses (rdma_cm's RNR timer would
-#   keep a NAKed write back 655 ms), rxe's RNR counters printed;
+#   500 ms or more apart besides the pauses (rdma_cm's RNR timer would
+#   keep a NAKed write back 655 ms; TCG alone made gaps of up to 170 ms),
+#   rxe's RNR counters printed;
 #   ucp_hold with the receiver on vm-a and the sender on
 #   vm-b (-L/-C), and test/apps/mpi_pingpong (APPS/mpi_pingpong_ompi and
 #   _mpich, built on the host) across the guests over remaprdma,self
@@ -450,13 +451,14 @@ if [ "$where" = pair ] && [ -n "$apps" ]; then
         # after a pause, the receiver drains what landed; a write that
         # found no receive request then waits out the sender's RNR timer:
         # the longest time between two arrivals, pauses not counted, shows
-        # it (rdma_cm's 655 ms would, the 1.28 ms set does not)
+        # it (rdma_cm's 655 ms would, the 1.28 ms set does not; TCG alone
+        # made gaps of up to 170 ms)
         gap=$(sed -n 's/^receiver: .* pauses not counted, \([0-9.]*\) ms$/\1/p' \
                   /tmp/pause)
         if [ $st -ne 0 ] || ! grep -q '^receiver: 0 errors, 0 lost' /tmp/pause ||
            [ -z "$gap" ]; then
             bad "a receiver that pauses: status $st"
-        elif awk -v g="$gap" 'BEGIN { exit !(g < 300) }'; then
+        elif awk -v g="$gap" 'BEGIN { exit !(g < 500) }'; then
             check "a receiver that pauses: nothing lost, messages at most $gap ms apart besides the pauses"
             [ $((rnr_sent1 - rnr_sent0)) -gt 0 ] ||
                 echo "   (no RNR NAK in this run: the pauses did not run the" \
