@@ -35,7 +35,9 @@
  *       (what the transport added: an RNR NAK's wait, say); the sender prints
  *       its longest stall, the longest time one send waited for the one
  *       SEND_WINDOW sends before it to complete (from the third window on:
- *       the first ones wait for the connection)
+ *       the first ones wait for the connection; the endpoint's wireup,
+ *       which ends when the receiver's endpoint back to us is connected,
+ *       can still hold a later one: a second or two under emulation)
  *   -S  every interval_ms, each side prints a line "sample SIDE T RSS_KIB
  *       ANON_KIB SHMEM_KIB VMAS RING_VMAS FOLD_VMAS FDS POOL_BLOCKS MESSAGES
  *       HELD" (proc_stats.h; FOLD_VMAS: of the VMAS, those the pool's
