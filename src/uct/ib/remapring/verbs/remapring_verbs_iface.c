@@ -1348,6 +1348,16 @@ uct_remapring_verbs_check_addr(uct_remapring_iface_t *iface,
 }
 
 /* The receiving interface the addresses name, as a key of our peers */
+/* The IP address a device address carries (its family already checked) */
+static void
+uct_remapring_verbs_dev_sockaddr(const uct_remapring_verbs_dev_addr_t *dev,
+                                 struct sockaddr_storage *ss)
+{
+    memset(ss, 0, sizeof(*ss));
+    ss->ss_family = dev->family;
+    ucs_sockaddr_set_inet_addr((struct sockaddr*)ss, dev->ip);
+}
+
 static ucs_status_t uct_remapring_verbs_peer_key(uct_remapring_iface_t *iface,
                                                  const uct_ep_params_t *params,
                                                  uint64_t *key_p)
@@ -1378,7 +1388,7 @@ uct_remapring_verbs_peer_create(uct_remapring_iface_t *iface,
     const uct_remapring_verbs_iface_addr_t *addr = (const void *)
                                                            params->iface_addr;
     uct_remapring_verbs_iface_t *verbs = uct_remapring_verbs(iface);
-    struct sockaddr_storage dst        = {};
+    struct sockaddr_storage dst;
     struct sockaddr_storage src        = verbs->addr;
     uct_remapring_vconn_t *vconn;
     uint8_t timeout;
@@ -1386,16 +1396,9 @@ uct_remapring_verbs_peer_create(uct_remapring_iface_t *iface,
     uct_remapring_peer_t *peer;
     ucs_status_t status;
 
-    dst.ss_family = dev->family;
-    if (dev->family == AF_INET) {
-        memcpy(&((struct sockaddr_in*)&dst)->sin_addr, dev->ip, 4);
-        ((struct sockaddr_in*)&dst)->sin_port = addr->port;
-        ((struct sockaddr_in*)&src)->sin_port = 0;
-    } else {
-        memcpy(&((struct sockaddr_in6*)&dst)->sin6_addr, dev->ip, 16);
-        ((struct sockaddr_in6*)&dst)->sin6_port = addr->port;
-        ((struct sockaddr_in6*)&src)->sin6_port = 0;
-    }
+    uct_remapring_verbs_dev_sockaddr(dev, &dst);
+    ucs_sockaddr_set_port((struct sockaddr*)&dst, ntohs(addr->port));
+    ucs_sockaddr_set_port((struct sockaddr*)&src, 0);
 
     vpeer = ucs_calloc(1, sizeof(*vpeer), "uct_remapring_verbs_peer_t");
     vconn = ucs_calloc(1, sizeof(*vconn), "uct_remapring_vconn_t");
@@ -2308,7 +2311,7 @@ uct_remapring_verbs_iface_is_reachable(const uct_iface_h tl_iface,
     const uct_remapring_verbs_dev_addr_t *dev    = (const void*)dev_addr;
 
     uct_remapring_verbs_iface_t *verbs = uct_remapring_verbs(iface);
-    struct sockaddr_storage peer       = {};
+    struct sockaddr_storage peer;
 
     /* the shm transport's addresses are of another kind: the magic is
      * checked before anything else is read */
@@ -2322,13 +2325,7 @@ uct_remapring_verbs_iface_is_reachable(const uct_iface_h tl_iface,
     }
 
     /* the kernel routes the peer's address out through our port */
-    peer.ss_family = dev->family;
-    if (dev->family == AF_INET) {
-        memcpy(&((struct sockaddr_in*)&peer)->sin_addr, dev->ip, 4);
-    } else {
-        memcpy(&((struct sockaddr_in6*)&peer)->sin6_addr, dev->ip, 16);
-    }
-
+    uct_remapring_verbs_dev_sockaddr(dev, &peer);
     return uct_remapring_verbs_routable(&verbs->addr, verbs->ifindex, &peer);
 }
 

@@ -14,6 +14,7 @@
 
 #include <ucs/debug/log.h>
 #include <ucs/debug/memtrack_int.h>
+#include <ucs/sys/sock.h>
 #include <ucs/sys/string.h>
 #include <ucs/sys/sys.h>
 
@@ -155,22 +156,6 @@ int uct_remapring_verbs_port_addr(struct ibv_context *ctx, uint8_t port,
                                         ifindex_p);
 }
 
-/* The address bytes of an IPv4 or IPv6 socket address, and their length */
-static const void *uct_remapring_verbs_ip(const struct sockaddr_storage *ss,
-                                          size_t *len_p)
-{
-    if (ss->ss_family == AF_INET) {
-        *len_p = 4;
-        return &((const struct sockaddr_in*)ss)->sin_addr;
-    } else if (ss->ss_family == AF_INET6) {
-        *len_p = 16;
-        return &((const struct sockaddr_in6*)ss)->sin6_addr;
-    }
-
-    *len_p = 0;
-    return NULL;
-}
-
 int uct_remapring_verbs_route(const struct sockaddr_storage *dst, int *oif_p,
                               int *local_p)
 {
@@ -190,10 +175,12 @@ int uct_remapring_verbs_route(const struct sockaddr_storage *dst, int *oif_p,
     ssize_t len;
     size_t iplen;
 
-    ip = uct_remapring_verbs_ip(dst, &iplen);
-    if (ip == NULL) {
+    if (!ucs_sockaddr_is_known_af((const struct sockaddr*)dst)) {
         return -1;
     }
+
+    ip = ucs_sockaddr_get_inet_addr((const struct sockaddr*)dst);
+    ucs_sockaddr_inet_addr_size(dst->ss_family, &iplen);
 
     memset(&req, 0, sizeof(req));
     req.nh.nlmsg_len    = NLMSG_LENGTH(sizeof(req.rt));
@@ -254,18 +241,16 @@ int uct_remapring_verbs_routable(const struct sockaddr_storage *ours,
                                  int ifindex,
                                  const struct sockaddr_storage *peer)
 {
-    const void *our_ip, *peer_ip;
-    size_t our_len, peer_len;
     int oif, local;
 
-    our_ip  = uct_remapring_verbs_ip(ours, &our_len);
-    peer_ip = uct_remapring_verbs_ip(peer, &peer_len);
-    if ((our_ip == NULL) || (peer_ip == NULL) ||
-        (ours->ss_family != peer->ss_family)) {
+    if ((ours->ss_family != peer->ss_family) ||
+        !ucs_sockaddr_is_known_af((const struct sockaddr*)ours)) {
         return 0;
     }
 
-    if (!memcmp(our_ip, peer_ip, our_len) || (ifindex == 0)) {
+    if (!ucs_sockaddr_ip_cmp((const struct sockaddr*)ours,
+                             (const struct sockaddr*)peer) ||
+        (ifindex == 0)) {
         return 1; /* our own port, or no interface to route by */
     }
 
