@@ -58,7 +58,7 @@ vm_setup() {
 }
 
 vm_modules() {
-    local rdma=${REMAPRING_RDMA_MODULE:-$(dirname "$REMAPRING_MODULE")/libuct_remaprdma.so}
+    local rdma=$REMAPRING_RDMA_MODULE # common.sh gave its default
     [ -f "$REMAPRING_MODULE" ] || fail "no module at $REMAPRING_MODULE"
     [ -f "$rdma" ] || fail "no RDMA module at $rdma (built without rdma-core?)"
     modules=(-a "$REMAPRING_MODULE:/payload/libuct_remapring.so"
