@@ -27,7 +27,8 @@
 #           ucp_hold between them; test/apps/mpi_pingpong.c with Open MPI
 #           and MPICH, one rank on each guest, over remapring,self
 #   pinned  one guest, Debian 12's 6.1 kernel (no ODP): pinned mode, the
-#           same as odp
+#           same as odp, and a hostile sender (test/apps/rdma_rogue.c)
+#           writing outside its ring beside ucp_hold's, MAX_PEERS
 #   pinned-pair  two guests on the 6.1 kernel
 # Skipped, with the reason, where the bed cannot be set up or qemu cannot
 # boot. VM_VERBS_PARTS (default "odp pair pinned pinned-pair") selects the
@@ -46,6 +47,10 @@ for app in ucp_hold ucp_remap; do
         "$REMAPRING_SRCDIR/test/apps/$app.c" \
         $(pkg-config --cflags --libs ucx) -lm -ldl || fail "build $app"
 done
+# a sender that breaks the RDMA transport's rules, on rdma-core alone
+cc -O2 -g -Wall -o "$tmp/apps/rdma_rogue" \
+    "$REMAPRING_SRCDIR/test/apps/rdma_rogue.c" -lrdmacm -libverbs ||
+    fail "build rdma_rogue"
 # what UCP expects of a transport (test/gtest/ucp/test_ucp_rules.cc), its
 # RDMA cases: the transport linked in, nothing preloaded
 rules=$REMAPRING_BUILDDIR/test/gtest/gtest_ucp_rules

@@ -13,9 +13,9 @@
 #   MODULE  libuct_remaprdma.so, preloaded (libuct_remapring.so, which it
 #           links, next to it)
 #   APPS    a directory with programs of test/apps built on the host:
-#           ucp_hold, ucp_remap and gtest_ucp_rules (the UCP suite,
-#           test/gtest) in one guest (ucp_remap has two workers in one
-#           process), ucp_hold, mpi_pingpong_ompi and
+#           ucp_hold, ucp_remap, rdma_rogue and gtest_ucp_rules (the UCP
+#           suite, test/gtest) in one guest (ucp_remap has two workers in
+#           one process), ucp_hold, mpi_pingpong_ompi and
 #           mpi_pingpong_mpich between two (MPI needs run.sh -M)
 # Runs, the shm devices left out (UCX_SHM_DEVICES= ) so that the traffic
 # is on rxe0:1:
@@ -33,7 +33,13 @@
 #   ucp_hold: held messages while the sender laps the ring, bytes checked;
 #   again with holds that outlive a lap (one guest): in odp mode the
 #   receiver's pool must have remapped blocks under held slots while the
-#   device wrote the ring (its counter, from the interface's debug line)
+#   device wrote the ring (its counter, from the interface's debug line);
+#   in pinned mode blocks with held records must have lost their sender's
+#   key as they left their slots (its counter)
+#   pinned, one guest, with APPS: a hostile sender (rdma_rogue) beside
+#   ucp_hold's: its writes outside the block behind its slot 0 fail with a
+#   remote access error, ucp_hold loses and corrupts nothing; with
+#   MAX_PEERS 3, connections past it are refused, with a log line
 #   pair, with APPS: small messages to a receiver that pauses its progress
 #   for 50-200 ms at random (ucp_hold -P): nothing lost, no two messages
 #   500 ms or more apart besides the pauses (rdma_cm's RNR timer would
@@ -375,7 +381,7 @@ if [ -n "$apps" ] && [ "$where" = one ]; then
     # remap; pinned: the credit names the fresh block, nothing is remapped)
     vm_note "remaps under the NIC: holds that outlive a lap of the ring"
     "${rr[@]}" UCX_TLS=remaprdma,self UCX_LOG_LEVEL=debug \
-        UCX_LOG_FILE_FILTER='*/remapring_iface.c' timeout 300 \
+        UCX_LOG_FILE_FILTER='*/remapring*iface.c' timeout 300 \
         "$apps/ucp_hold" -n 1500 -s 11 -M 65536 -p 50 -t 100000 -H 256 \
         -T am > /tmp/laps 2>&1
     st=$?
@@ -383,14 +389,80 @@ if [ -n "$apps" ] && [ "$where" = one ]; then
     remaps=$(sed -n 's/.* pool: [0-9]* blocks, \([0-9]*\) remaps.*/\1/p' \
                  /tmp/laps | sort -n | tail -1)
     echo "   the receiver's pool remapped ${remaps:-no} blocks under slots"
+    # pinned: each block is registered for the slot it backs, and a block
+    # with held records that leaves its slot loses it (the sender's key)
+    revoked=$(sed -n 's/.* pinned: .*, \([0-9]*\) revoked while held$/\1/p' \
+                  /tmp/laps | sort -n | tail -1)
+    grep ' pinned: ' /tmp/laps | sed 's/^.*UCX  /   /'
     if [ $st -ne 0 ] || ! grep -q '^receiver: 0 errors, 0 lost' /tmp/laps; then
         bad "holds over a lap: status $st"
     elif [ -z "$remaps" ]; then
         bad "holds over a lap: no pool counters in the log"
     elif [ "$mode" = odp ] && [ "$remaps" -eq 0 ]; then
         bad "holds over a lap: no block remapped under a held slot"
+    elif [ "$mode" = pinned ] && [ "${revoked:-0}" -eq 0 ]; then
+        bad "holds over a lap: no held block lost its sender's key"
     else
-        check "holds over a lap: $remaps remaps, every byte checked on arrival and on release"
+        check "holds over a lap: $remaps remaps${revoked:+, $revoked keys of held blocks revoked}, every byte checked on arrival and on release"
+    fi
+
+    # pinned: a sender that writes outside its ring (test/apps/rdma_rogue,
+    # rdma-core alone, as any host on the fabric could) while ucp_hold's
+    # sender streams with holds: each write outside must fail with a
+    # remote access error, every message of the other sender and every
+    # held one stays intact; then more connections than MAX_PEERS allows
+    if [ "$mode" = pinned ]; then
+        vm_note "a hostile sender beside ucp_hold (pinned mode)"
+        "${rr[@]}" UCX_TLS=remaprdma,self UCX_LOG_LEVEL=info \
+            UCX_LOG_FILE=stderr UCX_REMAPRDMA_MAX_PEERS=3 timeout 300 \
+            "$apps/ucp_hold" -n 60000 -s 13 -M 65536 -p 50 -t 100000 \
+            -H 256 -T am > /tmp/rogue-hold 2>&1 &
+        hold_pid=$!
+        # the listening lines name each interface's address and id (stderr:
+        # written at once)
+        for ((i = 0; i < 300; ++i)); do
+            [ "$(grep -c ' listens on ' /tmp/rogue-hold)" -ge 2 ] && break
+            sleep 0.2
+        done
+        sed -n 's/.* listens on \([^,]*\), interface 0x\([0-9a-f]*\),.*/\1 \2/p' \
+            /tmp/rogue-hold > /tmp/rogue-ifaces
+        sleep 1 # the traffic runs
+        attacks=0
+        while read -r addr id; do
+            "$apps/rdma_rogue" -a "${addr%:*}" -p "${addr##*:}" -i "$id" \
+                > /tmp/rogue 2>&1
+            st=$?
+            sed 's/^/   rogue: /' /tmp/rogue
+            [ $st -eq 0 ] && attacks=$((attacks + 1)) ||
+                bad "a hostile sender against $addr: status $st"
+        done < /tmp/rogue-ifaces
+        # MAX_PEERS 3: ucp_hold's own connection and the rogue's (the
+        # attacks' may still be closing), the rest refused with
+        # UCS_ERR_EXCEEDS_LIMIT (-21)
+        read -r addr id < /tmp/rogue-ifaces
+        "$apps/rdma_rogue" -a "${addr%:*}" -p "${addr##*:}" -i "$id" -n 4 \
+            > /tmp/rogue-n 2>&1
+        sed 's/^/   rogue -n 4: /' /tmp/rogue-n
+        wait $hold_pid
+        st=$?
+        grep -v 'UCX  ' /tmp/rogue-hold | tail -3 | sed 's/^/   /'
+        grep -E 'UCX  (ERROR|WARN)' /tmp/rogue-hold | sed 's/^.*UCX  //' |
+            sort | uniq -c | head -8 | sed 's/^/   /'
+        if [ $st -ne 0 ] ||
+           ! grep -q '^receiver: 0 errors, 0 lost' /tmp/rogue-hold; then
+            bad "ucp_hold beside a hostile sender: status $st"
+        elif [ $attacks -lt 2 ]; then
+            bad "a hostile sender: $attacks of the interfaces attacked"
+        else
+            check "a hostile sender: every write outside its ring failed (remote access error), ucp_hold's messages and held ones intact"
+        fi
+        if grep -q '^refused: status -21' /tmp/rogue-n &&
+           grep -q 'refused: .* connections (UCX_REMAPRDMA_MAX_PEERS)' \
+               /tmp/rogue-hold; then
+            check "MAX_PEERS: connections past it refused, with a log line"
+        else
+            bad "MAX_PEERS: no connection refused past it, or no log line"
+        fi
     fi
 
     vm_note "ucp_remap over remaprdma on rxe0:1, rendezvous by RDMA READ"

@@ -60,6 +60,7 @@ void remapring_ring_params_default(remapring_ring_params_t *params)
     params->name         = NULL;
     params->on_publish   = NULL;
     params->publish_arg  = NULL;
+    params->on_detach    = NULL;
 }
 
 /* Back @a slot with @a block. The writer's mirror is stored before the slot
@@ -112,13 +113,25 @@ static void remapring_ring_unwait(remapring_ring_t *ring)
     }
 }
 
+/* @a block leaves @a slot for the pool: free, or detached while records in
+ * it are held (the wire is told first) */
+static void
+remapring_ring_detach(remapring_ring_t *ring, unsigned slot, uint32_t block)
+{
+    if ((ring->on_detach != NULL) &&
+        (ring->pool->blocks[block].nholds > 0)) {
+        ring->on_detach(ring->publish_arg, slot, block);
+    }
+    remapring_pool_block_detach(ring->pool, block);
+}
+
 /* The slot the head has left: its block goes back to the pool, or stays
  * detached while records in it are held */
 static void remapring_ring_retire(remapring_ring_t *ring)
 {
     unsigned slot = remapring_ring_slot(ring, ring->credited);
 
-    remapring_pool_block_detach(ring->pool, ring->slots[slot]);
+    remapring_ring_detach(ring, slot, ring->slots[slot]);
     remapring_ring_set_slot(ring, slot, REMAPRING_POOL_BLOCK_NONE);
     ring->credited += ring->block_size;
 }
@@ -195,7 +208,7 @@ remapring_ring_replace(remapring_ring_t *ring, unsigned slot)
         return status;
     }
 
-    remapring_pool_block_detach(ring->pool, held);
+    remapring_ring_detach(ring, slot, held);
     return UCS_OK;
 }
 
@@ -357,6 +370,7 @@ ucs_status_t remapring_ring_create(remapring_pool_t *pool,
     ring->remap_view   = params->remap_view;
     ring->on_publish   = params->on_publish;
     ring->publish_arg  = params->publish_arg;
+    ring->on_detach    = params->on_detach;
     if (params->name != NULL) {
         ucs_snprintf_zero(ring->name, sizeof(ring->name), "%s", params->name);
     } else {

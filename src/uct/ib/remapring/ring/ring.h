@@ -334,6 +334,11 @@ typedef struct remapring_ring_params {
      * it (verbs); or NULL */
     void (*on_publish)(void *arg, uint64_t limit);
     void *publish_arg;
+    /* called with publish_arg when a block whose records are held leaves
+     * slot @a slot (the head left it, or a fresh block replaced it), before
+     * the pool takes it: a wire whose writer reaches each block through a
+     * key of its own (verbs, pinned) revokes it; or NULL */
+    void (*on_detach)(void *arg, unsigned slot, uint32_t block);
 } remapring_ring_params_t;
 
 
@@ -406,6 +411,7 @@ struct remapring_ring {
     char name[48]; /* for the log */
     void (*on_publish)(void *arg, uint64_t limit);
     void *publish_arg;
+    void (*on_detach)(void *arg, unsigned slot, uint32_t block);
     int waiting; /* on pool->waiters */
     ucs_list_link_t list; /* in pool->waiters */
     remapring_ring_stats_t stats;

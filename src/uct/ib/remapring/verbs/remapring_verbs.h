@@ -36,12 +36,20 @@
  *           writer writes to view + (offset % W), and a block the receiver
  *           remaps under a slot (mmap MAP_FIXED) is followed by the device
  *           through the kernel's MMU notifier, as the CPU follows it.
- *   pinned  the pool is registered as it grows (pinned); with each credit
- *           the receiver writes the address and rkey of the block behind
- *           each newly credited slot into the sender's slot table (a small
- *           registered array), before the immediate that credits them; the
- *           writer writes there. No copy, no remap, and no page of the pool
- *           is ever punched out (a pinned page would stay the device's).
+ *   pinned  each block behind a slot of a connection's ring is registered
+ *           for that connection alone (remote write on the block, nothing
+ *           around it); with each credit the receiver writes the address
+ *           and rkey of the block behind each newly credited slot into the
+ *           sender's slot table (a small registered array), before the
+ *           immediate that credits them; the writer writes there. A slot
+ *           that keeps its block keeps the registration, no system call; a
+ *           block with held records that leaves its slot loses it at once,
+ *           and one registered for another connection's slot earlier loses
+ *           it before the block is credited again: a sender reaches only
+ *           the blocks behind its own ring's slots (its other writes fail
+ *           with a remote access error). No copy, no remap, and no page of
+ *           the pool is ever punched out (a pinned page stays the
+ *           device's).
  *
  * Ordering: RC executes the requests of a QP in order, and a completion
  * for a receive (the immediate) is reported only after the data of that
@@ -105,6 +113,7 @@ typedef struct uct_remapring_verbs_iface_config {
     unsigned timeout;
     double rnr_timer;   /* seconds */
     size_t max_inline;  /* UCS_MEMUNITS_AUTO: UCT_REMAPRING_VERBS_MAX_INLINE_AUTO */
+    unsigned max_peers; /* connections an interface accepts */
 } uct_remapring_verbs_iface_config_t;
 
 
@@ -268,6 +277,16 @@ typedef enum {
 /**
  * A signaled send request and what completes with it.
  */
+/**
+ * Pinned mode: a receiver's registration of one pool block for one slot of
+ * one connection's ring, the only key that sender has to it.
+ */
+typedef struct uct_remapring_verbs_slot_mr {
+    struct ibv_mr *mr;    /* remote write on the block alone, or NULL */
+    uint32_t      block;  /* the block it covers */
+} uct_remapring_verbs_slot_mr_t;
+
+
 typedef struct uct_remapring_verbs_op {
     unsigned              nwr;          /* requests it completes */
     uint64_t              staging_end;  /* staging freed up to here */
@@ -345,6 +364,7 @@ struct uct_remapring_vconn {
     uint32_t                   *slots;    /* the ring's slot table mirror */
     struct ibv_mr              *view_mr;  /* odp */
     uct_remapring_verbs_slot_t *credit_table; /* pinned: source of credits */
+    uct_remapring_verbs_slot_mr_t *slot_mrs; /* pinned: [nslots] */
     struct ibv_mr              *credit_table_mr;
     uint64_t                   remote_table;
     uint32_t                   remote_table_rkey;
@@ -387,12 +407,19 @@ typedef struct uct_remapring_verbs_iface {
     ucs_list_link_t            rx_active;
     ucs_list_link_t            zombies;  /* QPs destroyed, CQ not drained */
     size_t                     pool_block_size;
-    unsigned                   nrx;
+    unsigned                   nrx;      /* receiving connections */
+    unsigned                   max_peers; /* of them, at most */
     unsigned                   cm_calls; /* progress calls since CM poll */
     unsigned check_calls; /* since the pool's upkeep */
-    uint32_t                   *pool_rkeys; /* pinned: per pool block */
-    struct ibv_mr              **pool_mrs;
-    unsigned                   npool_mrs;
+    /* pinned: per pool block, the registration that covers it (a slot's
+     * of a connection, current or left over from an earlier lap), or NULL */
+    uct_remapring_verbs_slot_mr_t **block_mrs;
+    unsigned                   nblocks;
+    struct {
+        uint64_t               regs;      /* blocks registered for a slot */
+        uint64_t               reuses;    /* credits that kept one */
+        uint64_t               revoked;   /* deregistered while held */
+    } pinned_stats;
 } uct_remapring_verbs_iface_t;
 
 

@@ -61,6 +61,7 @@
 #define UCT_REMAPRING_VERBS_SRQ_SIZE_MIN 64
 #define UCT_REMAPRING_VERBS_SRQ_SIZE_MAX 65536
 #define UCT_REMAPRING_VERBS_TIMEOUT_MAX  31
+#define UCT_REMAPRING_VERBS_MAX_PEERS    65536
 
 /* inline sends: what "auto" asks of each QP, and the most any setting asks
  * (devices take a few hundred bytes: mlx5 about 900, rxe 400ish) */
@@ -86,8 +87,9 @@ static ucs_config_field_t uct_remapring_verbs_iface_config_table[] = {
      "How a receiver places the ring its senders write:\n"
      " odp    - the ring view is registered with explicit On-Demand Paging:\n"
      "          a block remapped under a slot is followed by the device.\n"
-     " pinned - the pool is registered (pinned) as it grows; each credit\n"
-     "          tells the sender which block backs each slot it grants.\n"
+     " pinned - each block behind a slot of a sender's ring is registered\n"
+     "          (pinned) for that sender alone; each credit tells the sender\n"
+     "          which block backs each slot it grants and its key.\n"
      " auto   - odp where the device reports it for RC WRITE, else pinned.",
      ucs_offsetof(uct_remapring_verbs_iface_config_t, mode),
      UCS_CONFIG_TYPE_ENUM(uct_remapring_verbs_mode_names)},
@@ -135,6 +137,15 @@ static ucs_config_field_t uct_remapring_verbs_iface_config_table[] = {
      "progress would cost its peers per NAK.",
      ucs_offsetof(uct_remapring_verbs_iface_config_t, rnr_timer),
      UCS_CONFIG_TYPE_TIME},
+
+    {"MAX_PEERS", "1024",
+     "Connections one interface accepts: any host that reaches its port\n"
+     "can ask for one, and each takes a ring (RING_SLOTS * BLOCK_SIZE of the\n"
+     "pool, which POOL_MAX bounds) and a QP. One more is refused, with a\n"
+     "line in the log. Between 1 and "
+     UCS_PP_MAKE_STRING(UCT_REMAPRING_VERBS_MAX_PEERS) ".",
+     ucs_offsetof(uct_remapring_verbs_iface_config_t, max_peers),
+     UCS_CONFIG_TYPE_UINT},
 
     {"MAX_INLINE", "auto",
      "Records up to this size are sent inline (in the send request, not\n"
@@ -717,9 +728,83 @@ static void uct_remapring_rx_vconn_set_idle(uct_remapring_vconn_t *vconn)
     }
 }
 
+/* Pinned mode: @a smr registers its block no more */
+static void
+uct_remapring_verbs_slot_mr_drop(uct_remapring_verbs_iface_t *verbs,
+                                 uct_remapring_verbs_slot_mr_t *smr)
+{
+    if (smr->mr == NULL) {
+        return;
+    }
+
+    if (verbs->block_mrs[smr->block] == smr) {
+        verbs->block_mrs[smr->block] = NULL;
+    }
+    ibv_dereg_mr(smr->mr);
+    smr->mr = NULL;
+}
+
+/* Pinned mode: the key through which the sender of @a vconn writes @a block
+ * behind @a slot, registered for that slot alone. A registration left over
+ * on the block (an earlier lap's, of another slot or connection, kept while
+ * the block was free) goes first: the block is nobody else's now */
+static ucs_status_t
+uct_remapring_verbs_slot_rkey(uct_remapring_vconn_t *vconn, unsigned slot,
+                              uint32_t block, uint32_t *rkey_p)
+{
+    uct_remapring_verbs_iface_t *verbs = uct_remapring_verbs(vconn->iface);
+    uct_remapring_verbs_slot_mr_t *smr = &vconn->slot_mrs[slot];
+    uct_remapring_verbs_slot_mr_t *other;
+
+    if ((smr->mr != NULL) && (smr->block == block)) {
+        ++verbs->pinned_stats.reuses;
+        *rkey_p = smr->mr->rkey;
+        return UCS_OK;
+    }
+
+    uct_remapring_verbs_slot_mr_drop(verbs, smr);
+    other = verbs->block_mrs[block];
+    if (other != NULL) {
+        uct_remapring_verbs_slot_mr_drop(verbs, other);
+    }
+
+    smr->mr = ibv_reg_mr(verbs->dev->pd,
+                         remapring_pool_block_addr(vconn->iface->rx.pool,
+                                                   block),
+                         verbs->pool_block_size,
+                         IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE);
+    if (smr->mr == NULL) {
+        ucs_error("registration of pool block %u for %s on %s failed: %m",
+                  block, vconn->name, verbs->dev->name);
+        return UCS_ERR_IO_ERROR;
+    }
+
+    smr->block               = block;
+    verbs->block_mrs[block]  = smr;
+    ++verbs->pinned_stats.regs;
+    *rkey_p = smr->mr->rkey;
+    return UCS_OK;
+}
+
+/* Pinned mode: a block with held records left a slot of the ring: its
+ * sender loses the key to it before the upper layer reads on */
+static void
+uct_remapring_rx_vconn_detached(void *arg, unsigned slot, uint32_t block)
+{
+    uct_remapring_vconn_t *vconn       = arg;
+    uct_remapring_verbs_iface_t *verbs = uct_remapring_verbs(vconn->iface);
+    uct_remapring_verbs_slot_mr_t *smr = &vconn->slot_mrs[slot];
+
+    if ((smr->mr != NULL) && (smr->block == block)) {
+        uct_remapring_verbs_slot_mr_drop(verbs, smr);
+        ++verbs->pinned_stats.revoked;
+    }
+}
+
 static void uct_remapring_rx_vconn_free(uct_remapring_vconn_t *vconn)
 {
     uct_remapring_verbs_iface_t *verbs = uct_remapring_verbs(vconn->iface);
+    unsigned slot;
 
     ucs_debug("ring from %s closed", vconn->name);
     uct_remapring_rx_vconn_set_idle(vconn);
@@ -732,12 +817,17 @@ static void uct_remapring_rx_vconn_free(uct_remapring_vconn_t *vconn)
     }
     uct_remapring_vconn_dereg(&vconn->view_mr);
     uct_remapring_vconn_dereg(&vconn->credit_table_mr);
+    for (slot = 0; (vconn->slot_mrs != NULL) &&
+                   (slot < vconn->iface->rx.nslots); ++slot) {
+        uct_remapring_verbs_slot_mr_drop(verbs, &vconn->slot_mrs[slot]);
+    }
     if (vconn->ring != NULL) {
         /* held messages keep their blocks */
         remapring_ring_destroy(vconn->ring);
         vconn->ring = NULL;
     }
     ucs_free(vconn->credit_table);
+    ucs_free(vconn->slot_mrs);
     ucs_free(vconn->slots);
     uct_remapring_vconn_release(vconn);
 }
@@ -828,6 +918,7 @@ static ucs_status_t uct_remapring_vconn_send_credit(uct_remapring_vconn_t *vconn
     unsigned first, count, n, slot;
     uint64_t offset;
     uint32_t block;
+    ucs_status_t status;
 
     if (limit <= vconn->credited) {
         return UCS_OK;
@@ -848,7 +939,13 @@ static ucs_status_t uct_remapring_vconn_send_credit(uct_remapring_vconn_t *vconn
             entry       = &vconn->credit_table[slot];
             entry->addr = (uintptr_t)
                     remapring_pool_block_addr(vconn->iface->rx.pool, block);
-            entry->rkey = verbs->pool_rkeys[block];
+            status = uct_remapring_verbs_slot_rkey(vconn, slot, block,
+                                                   &entry->rkey);
+            if (status != UCS_OK) {
+                uct_remapring_rx_vconn_fail(vconn,
+                                            "a block could not be registered");
+                return status;
+            }
         }
     } else {
         count = 0;
@@ -1035,6 +1132,14 @@ static void uct_remapring_verbs_accept(uct_remapring_iface_t *iface,
         return;
     }
 
+    if (verbs->nrx >= verbs->max_peers) {
+        ucs_error("connection request from %s refused: %s:%u has %u"
+                  " connections (UCX_REMAPRDMA_MAX_PEERS)",
+                  name, verbs->dev->name, verbs->port_num, verbs->nrx);
+        uct_remapring_verbs_reject(id, UCS_ERR_EXCEEDS_LIMIT);
+        return;
+    }
+
     /* the ring's control words are cache line aligned */
     if (ucs_posix_memalign((void**)&vconn, UCS_SYS_CACHE_LINE_SIZE,
                            sizeof(*vconn), "uct_remapring_vconn_t") != 0) {
@@ -1061,7 +1166,14 @@ static void uct_remapring_verbs_accept(uct_remapring_iface_t *iface,
     vconn->credit_table = ucs_calloc(iface->rx.nslots,
                                      sizeof(*vconn->credit_table),
                                      "remapring_verbs_credit_table");
-    if ((vconn->slots == NULL) || (vconn->credit_table == NULL)) {
+    if (verbs->mode == UCT_REMAPRING_VERBS_MODE_PINNED) {
+        vconn->slot_mrs = ucs_calloc(iface->rx.nslots,
+                                     sizeof(*vconn->slot_mrs),
+                                     "remapring_verbs_slot_mrs");
+    }
+    if ((vconn->slots == NULL) || (vconn->credit_table == NULL) ||
+        ((verbs->mode == UCT_REMAPRING_VERBS_MODE_PINNED) &&
+         (vconn->slot_mrs == NULL))) {
         ucs_error("failed to allocate the slot tables of %s", name);
         status = UCS_ERR_NO_MEMORY;
         goto err;
@@ -1079,6 +1191,9 @@ static void uct_remapring_verbs_accept(uct_remapring_iface_t *iface,
                                   REMAPRING_RING_ALIGN;
     params.on_publish   = uct_remapring_rx_vconn_published;
     params.publish_arg  = vconn;
+    params.on_detach    = (verbs->mode == UCT_REMAPRING_VERBS_MODE_PINNED) ?
+                                  uct_remapring_rx_vconn_detached :
+                                  NULL;
     params.name         = vconn->name;
     status = remapring_ring_create(iface->rx.pool, &params, &vconn->ctl,
                                    &vconn->ring);
@@ -2371,48 +2486,26 @@ uct_remapring_verbs_iface_query(uct_iface_h tl_iface,
 
 /* ---------------------------------------------------------- construction */
 
-/* Pinned mode: each chunk of the pool is registered as it is made */
+/* Pinned mode: the pool grew; its new blocks have no registration yet
+ * (each is registered for the slot it backs, when credited) */
 static ucs_status_t uct_remapring_verbs_pool_grown(void *arg, uint32_t first,
                                                    unsigned count, void *addr)
 {
     uct_remapring_verbs_iface_t *verbs = uct_remapring_verbs(arg);
-    struct ibv_mr **mrs, *mr;
-    uint32_t *rkeys;
-    unsigned i;
+    uct_remapring_verbs_slot_mr_t **mrs;
 
-    mr = ibv_reg_mr(verbs->dev->pd, addr,
-                    (size_t)count * verbs->pool_block_size,
-                    IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE);
-    if (mr == NULL) {
-        ucs_error("registration of pool blocks %u..%u on %s"
-                  " failed: %m",
-                  first, first + count - 1, verbs->dev->name);
-        return UCS_ERR_IO_ERROR;
-    }
-
-    mrs   = ucs_realloc(verbs->pool_mrs, (verbs->npool_mrs + 1) * sizeof(*mrs),
-                        "remapring_pool_mrs");
-    rkeys = (mrs == NULL) ? NULL :
-                            ucs_realloc(verbs->pool_rkeys,
-                                        (first + count) * sizeof(*rkeys),
-                                        "remapring_pool_rkeys");
-    if (rkeys == NULL) {
-        ucs_error("failed to allocate the keys of %u pool blocks",
+    mrs = ucs_realloc(verbs->block_mrs, (first + count) * sizeof(*mrs),
+                      "remapring_block_mrs");
+    if (mrs == NULL) {
+        ucs_error("failed to allocate the registrations of %u pool blocks",
                   first + count);
-        ibv_dereg_mr(mr);
-        if (mrs != NULL) {
-            verbs->pool_mrs = mrs;
-        }
         return UCS_ERR_NO_MEMORY;
     }
 
-    mrs[verbs->npool_mrs++] = mr;
-    verbs->pool_mrs         = mrs;
-    verbs->pool_rkeys       = rkeys;
-    for (i = 0; i < count; ++i) {
-        verbs->pool_rkeys[first + i] = mr->rkey;
-    }
-
+    memset(&mrs[verbs->nblocks], 0,
+           (first + count - verbs->nblocks) * sizeof(*mrs));
+    verbs->block_mrs = mrs;
+    verbs->nblocks   = first + count;
     return UCS_OK;
 }
 
@@ -2621,6 +2714,13 @@ static ucs_status_t uct_remapring_verbs_iface_config_check(
         return UCS_ERR_INVALID_PARAM;
     }
 
+    if ((config->max_peers < 1) ||
+        (config->max_peers > UCT_REMAPRING_VERBS_MAX_PEERS)) {
+        ucs_error("UCX_REMAPRDMA_MAX_PEERS=%u must be between 1 and %d",
+                  config->max_peers, UCT_REMAPRING_VERBS_MAX_PEERS);
+        return UCS_ERR_INVALID_PARAM;
+    }
+
     if ((config->max_inline != UCS_MEMUNITS_AUTO) &&
         (config->max_inline > UCT_REMAPRING_VERBS_MAX_INLINE_MAX)) {
         ucs_error("UCX_REMAPRDMA_MAX_INLINE=%zu must be at most %d, or auto",
@@ -2707,15 +2807,20 @@ uct_remapring_verbs_iface_listen(uct_remapring_verbs_iface_t *verbs)
 
     verbs->cm_port = rdma_get_src_port(verbs->listen_id);
     ucs_sockaddr_str(rdma_get_local_addr(verbs->listen_id), name, sizeof(name));
-    ucs_info("%s:%u listens on %s, %s mode%s; %u send and %u receive"
-             " requests, %u/%u gather/scatter entries, messages up to %zu"
-             " bytes, inline up to %u, RNR timer code %u",
-             verbs->dev->name, verbs->port_num, name,
+    ucs_info("%s:%u listens on %s, interface 0x%" PRIx64 ", %s mode%s;"
+             " up to %u connections, each a ring of %zu KiB; %u send and %u"
+             " receive requests, %u/%u gather/scatter entries, messages up to"
+             " %zu bytes, inline up to %u, RNR timer code %u",
+             verbs->dev->name, verbs->port_num, name, verbs->super.id,
              uct_remapring_verbs_mode_str(verbs->mode),
              ((verbs->mode == UCT_REMAPRING_VERBS_MODE_ODP) &&
               (verbs->dev->odp_rec_align > REMAPRING_RING_ALIGN)) ?
                      ", records on pages" :
+                     (verbs->mode == UCT_REMAPRING_VERBS_MODE_PINNED) ?
+                     ", each block registered for its sender alone" :
                      "",
+             verbs->max_peers,
+             ((size_t)verbs->super.rx.nslots * verbs->pool_block_size) >> 10,
              verbs->sq_size, verbs->srq_size, verbs->limits.send_sge,
              verbs->limits.read_sge, verbs->limits.max_msg, verbs->max_inline,
              verbs->rnr_code);
@@ -2727,7 +2832,6 @@ static void
 uct_remapring_verbs_iface_release(uct_remapring_verbs_iface_t *verbs)
 {
     uct_remapring_vconn_t *vconn, *tmp;
-    unsigned i;
 
     ucs_list_for_each_safe(vconn, tmp, &verbs->rx_conns, list) {
         uct_remapring_rx_vconn_free(vconn);
@@ -2755,13 +2859,15 @@ uct_remapring_verbs_iface_release(uct_remapring_verbs_iface_t *verbs)
     if (verbs->cq != NULL) {
         ibv_destroy_cq(verbs->cq);
     }
-    for (i = 0; i < verbs->npool_mrs; ++i) {
-        ibv_dereg_mr(verbs->pool_mrs[i]);
+    if (verbs->mode == UCT_REMAPRING_VERBS_MODE_PINNED) {
+        ucs_debug("%s:%u pinned: %" PRIu64 " blocks registered for a slot,"
+                  " %" PRIu64 " kept, %" PRIu64 " revoked while held",
+                  verbs->dev->name, verbs->port_num, verbs->pinned_stats.regs,
+                  verbs->pinned_stats.reuses, verbs->pinned_stats.revoked);
     }
 
     kh_destroy_inplace(uct_remapring_vconns, &verbs->qps);
-    ucs_free(verbs->pool_mrs);
-    ucs_free(verbs->pool_rkeys);
+    ucs_free(verbs->block_mrs);
 }
 
 static UCS_CLASS_DECLARE_DELETE_FUNC(uct_remapring_verbs_iface_t, uct_iface_t);
@@ -2886,6 +2992,7 @@ static UCS_CLASS_INIT_FUNC(uct_remapring_verbs_iface_t, uct_md_h md,
     self->srq_size        = limits.srq_size;
     self->sig_every       = ucs_max(self->sq_size / 8, 1u);
     self->timeout         = config->timeout;
+    self->max_peers       = config->max_peers;
     self->rnr_code        = uct_remapring_verbs_rnr_code(config->rnr_timer);
     self->max_inline      = (config->max_inline == UCS_MEMUNITS_AUTO) ?
                                     UCT_REMAPRING_VERBS_MAX_INLINE_AUTO :
@@ -2905,9 +3012,9 @@ static UCS_CLASS_INIT_FUNC(uct_remapring_verbs_iface_t, uct_md_h md,
     self->cm_calls    = 0;
     self->check_calls = 0;
     self->prefetch    = 1; /* until the provider says otherwise */
-    self->pool_rkeys  = NULL;
-    self->pool_mrs    = NULL;
-    self->npool_mrs   = 0;
+    self->block_mrs   = NULL;
+    self->nblocks     = 0;
+    memset(&self->pinned_stats, 0, sizeof(self->pinned_stats));
     ucs_list_head_init(&self->rx_conns);
     ucs_list_head_init(&self->rx_active);
     ucs_list_head_init(&self->zombies);
