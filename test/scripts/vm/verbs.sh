@@ -48,6 +48,9 @@
 #   ucp_hold with the receiver on vm-a and the sender on
 #   vm-b (-L/-C), and test/apps/mpi_pingpong (APPS/mpi_pingpong_ompi and
 #   _mpich, built on the host) across the guests over remaprdma,self
+#   odp pair, last: vm-b's link set to a 1500-byte MTU, ucp_hold from vm-b
+#   to an odp receiver on vm-a: the connection (path MTU 1024) falls back
+#   to pinned mode, said in the log, nothing lost
 #   ucp_remap: a buffer sent by rendezvous (RDMA READ from its
 #   registration), unmapped, new memory mapped at its address (mmap
 #   MAP_FIXED, mremap): each round's receiver sees the new memory
@@ -580,6 +583,46 @@ if [ "$where" = pair ] && [ -n "$apps" ]; then
         done
     fi
     vm_barrier mpi || bad "the guests did not meet after MPI"
+fi
+
+# odp pair, last (it changes vm-b's link): a sender whose link has a
+# 1500-byte MTU, so that its connection's path MTU is 1024 bytes, to a
+# receiver in odp mode on a 9000-byte link whose rxe places each ODP packet
+# at the start of its page (records on pages): that connection must fall
+# back to pinned mode, said in the receiver's log, and carry every message
+# (vm-b's own interface, opened on the smaller MTU, is pinned as a whole:
+# the probe's write comes out wrong)
+if [ "$where" = pair ] && [ "$mode" = odp ] && [ -n "$apps" ]; then
+    vm_note "a sender on a 1500-byte MTU link to an odp receiver"
+    if [ "$VM_ROLE" = b ]; then
+        ip link set dev eth0 mtu 1500 || bad "vm-b: no MTU 1500"
+        hold=(-C vm-a:17802)
+    else
+        hold=(-L 17802)
+    fi
+    vm_barrier mtu || bad "the guests did not meet for the MTU test"
+    ibv_devinfo -v -d rxe0 | sed -n 's/^[[:space:]]*active_mtu:[[:space:]]*/   active_mtu: /p'
+    "${rr[@]}" UCX_TLS=remaprdma,self UCX_LOG_LEVEL=diag timeout 300 \
+        "$apps/ucp_hold" -n 3000 -s 7 -M 65536 -p 50 -t 100000 -H 256 -T am \
+        "${hold[@]}" > /tmp/mtu 2>&1
+    st=$?
+    grep -E 'UCX  (DIAG|ERROR)' /tmp/mtu | grep -v 'no error callback' |
+        sed 's/^.*UCX  /   /' | head -6
+    grep -v 'UCX  ' /tmp/mtu | tail -3 | sed 's/^/   /'
+    if [ "$VM_ROLE" = a ]; then
+        if [ $st -ne 0 ] || ! grep -q '^receiver: 0 errors, 0 lost' /tmp/mtu; then
+            bad "a sender on a 1500-byte link: status $st"
+        elif ! grep -q 'path MTU 1024 bytes, under a page, .* pinned mode for it' \
+                 /tmp/mtu; then
+            bad "a sender on a 1500-byte link: no line names the fallback"
+        else
+            check "a sender on a 1500-byte link: its connection fell back to pinned mode (said in the log), every message arrived"
+        fi
+    else
+        [ $st -eq 0 ] && check "a sender on a 1500-byte link: the sender" ||
+            bad "a sender on a 1500-byte link: the sender's status $st"
+    fi
+    vm_barrier mtu-done || bad "the guests did not meet after the MTU test"
 fi
 
 [ $errors -eq 0 ] || vm_fail "$errors check(s) failed ($where, $mode)"

@@ -118,8 +118,7 @@ static void remapring_ring_unwait(remapring_ring_t *ring)
 static void
 remapring_ring_detach(remapring_ring_t *ring, unsigned slot, uint32_t block)
 {
-    if ((ring->on_detach != NULL) &&
-        (ring->pool->blocks[block].nholds > 0)) {
+    if (ring->on_detach != NULL) {
         ring->on_detach(ring->publish_arg, slot, block);
     }
     remapring_pool_block_detach(ring->pool, block);

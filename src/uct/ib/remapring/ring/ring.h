@@ -334,10 +334,11 @@ typedef struct remapring_ring_params {
      * it (verbs); or NULL */
     void (*on_publish)(void *arg, uint64_t limit);
     void *publish_arg;
-    /* called with publish_arg when a block whose records are held leaves
-     * slot @a slot (the head left it, or a fresh block replaced it), before
-     * the pool takes it: a wire whose writer reaches each block through a
-     * key of its own (verbs, pinned) revokes it; or NULL */
+    /* called with publish_arg when a block leaves slot @a slot (the head
+     * left it, or a fresh block replaced it one whose records are held),
+     * before the pool takes it (its nholds tells which): a wire whose
+     * writer reaches each block through a key of its own (verbs, pinned)
+     * revokes it; or NULL */
     void (*on_detach)(void *arg, unsigned slot, uint32_t block);
 } remapring_ring_params_t;
 

@@ -51,6 +51,10 @@
  *           the pool is ever punched out (a pinned page stays the
  *           device's).
  *
+ * The mode is each connection's, named in the reply: an odp interface on a
+ * device that places ODP packets at page starts (rxe) takes a connection
+ * whose path MTU is under a page in pinned mode.
+ *
  * Ordering: RC executes the requests of a QP in order, and a completion
  * for a receive (the immediate) is reported only after the data of that
  * write and of every earlier one on the QP is placed. A staging byte is
@@ -356,7 +360,8 @@ struct uct_remapring_vconn {
     uint64_t                   view_addr; /* odp */
     uint32_t                   view_rkey;
     unsigned                   block_shift;
-    int                        pinned;
+    int                        pinned;    /* both sides: the connection's
+                                             mode is pinned, not odp */
 
     /* receiver */
     remapring_ring_t *ring;

@@ -728,6 +728,32 @@ static void uct_remapring_rx_vconn_set_idle(uct_remapring_vconn_t *vconn)
     }
 }
 
+/* Room for the registrations of @a nblocks pool blocks */
+static ucs_status_t
+uct_remapring_verbs_block_mrs_reserve(uct_remapring_verbs_iface_t *verbs,
+                                      unsigned nblocks)
+{
+    uct_remapring_verbs_slot_mr_t **mrs;
+
+    if (nblocks <= verbs->nblocks) {
+        return UCS_OK;
+    }
+
+    mrs = ucs_realloc(verbs->block_mrs, nblocks * sizeof(*mrs),
+                      "remapring_block_mrs");
+    if (mrs == NULL) {
+        ucs_error("failed to allocate the registrations of %u pool blocks",
+                  nblocks);
+        return UCS_ERR_NO_MEMORY;
+    }
+
+    memset(&mrs[verbs->nblocks], 0,
+           (nblocks - verbs->nblocks) * sizeof(*mrs));
+    verbs->block_mrs = mrs;
+    verbs->nblocks   = nblocks;
+    return UCS_OK;
+}
+
 /* Pinned mode: @a smr registers its block no more */
 static void
 uct_remapring_verbs_slot_mr_drop(uct_remapring_verbs_iface_t *verbs,
@@ -762,6 +788,14 @@ uct_remapring_verbs_slot_rkey(uct_remapring_vconn_t *vconn, unsigned slot,
         return UCS_OK;
     }
 
+    /* an odp interface's pool has no growth callback: its first pinned
+     * connection sizes the table */
+    if ((block >= verbs->nblocks) &&
+        (uct_remapring_verbs_block_mrs_reserve(
+                 verbs, ucs_max(block + 1, 2 * verbs->nblocks)) != UCS_OK)) {
+        return UCS_ERR_NO_MEMORY;
+    }
+
     uct_remapring_verbs_slot_mr_drop(verbs, smr);
     other = verbs->block_mrs[block];
     if (other != NULL) {
@@ -786,8 +820,11 @@ uct_remapring_verbs_slot_rkey(uct_remapring_vconn_t *vconn, unsigned slot,
     return UCS_OK;
 }
 
-/* Pinned mode: a block with held records left a slot of the ring: its
- * sender loses the key to it before the upper layer reads on */
+/* Pinned mode: a block left a slot of the ring. One with held records
+ * loses its sender's key before the upper layer reads on; so does any in
+ * an interface whose pool punches free blocks (odp mode, a connection
+ * pinned for its path MTU: a punched page would stay the device's). A free
+ * block of a pinned interface keeps its key until it backs a slot again */
 static void
 uct_remapring_rx_vconn_detached(void *arg, unsigned slot, uint32_t block)
 {
@@ -795,10 +832,16 @@ uct_remapring_rx_vconn_detached(void *arg, unsigned slot, uint32_t block)
     uct_remapring_verbs_iface_t *verbs = uct_remapring_verbs(vconn->iface);
     uct_remapring_verbs_slot_mr_t *smr = &vconn->slot_mrs[slot];
 
-    if ((smr->mr != NULL) && (smr->block == block)) {
-        uct_remapring_verbs_slot_mr_drop(verbs, smr);
-        ++verbs->pinned_stats.revoked;
+    if ((smr->mr == NULL) || (smr->block != block)) {
+        return;
     }
+
+    if (vconn->iface->rx.pool->blocks[block].nholds > 0) {
+        ++verbs->pinned_stats.revoked;
+    } else if (verbs->mode == UCT_REMAPRING_VERBS_MODE_PINNED) {
+        return;
+    }
+    uct_remapring_verbs_slot_mr_drop(verbs, smr);
 }
 
 static void uct_remapring_rx_vconn_free(uct_remapring_vconn_t *vconn)
@@ -908,7 +951,6 @@ static void uct_remapring_vconn_prefetch(uct_remapring_vconn_t *vconn,
  * device faults in the credited slots first */
 static ucs_status_t uct_remapring_vconn_send_credit(uct_remapring_vconn_t *vconn)
 {
-    uct_remapring_verbs_iface_t *verbs = uct_remapring_verbs(vconn->iface);
     remapring_ring_t *ring             = vconn->ring;
     uint64_t limit                     = ring->limit;
     unsigned nslots                    = ring->nslots;
@@ -931,7 +973,7 @@ static ucs_status_t uct_remapring_vconn_send_credit(uct_remapring_vconn_t *vconn
     first = (vconn->credited >> ring->block_shift) & (nslots - 1);
     count = (limit - vconn->credited) >> ring->block_shift;
     uct_remapring_vconn_prefetch(vconn, limit);
-    if (verbs->mode == UCT_REMAPRING_VERBS_MODE_PINNED) {
+    if (vconn->pinned) {
         for (offset = vconn->credited; offset < limit;
              offset += ring->block_size) {
             slot        = (offset >> ring->block_shift) & (nslots - 1);
@@ -1076,6 +1118,48 @@ static void uct_remapring_verbs_reject(struct rdma_cm_id *id,
 }
 
 /* A sender asks for a ring */
+
+/* The mode of a connection asked for by @a id: the interface's, but
+ * pinned where the interface is in odp mode on a device that places each
+ * ODP packet at the start of a page (rxe) and the connection's path MTU,
+ * which the sender's side set, is shorter than a page: such a device would
+ * put the packets of one record's page on top of each other */
+static int uct_remapring_rx_vconn_pinned(uct_remapring_verbs_iface_t *verbs,
+                                         struct rdma_cm_id *id,
+                                         const char *name)
+{
+    size_t page = ucs_get_page_size();
+    size_t mtu;
+
+    if (verbs->mode == UCT_REMAPRING_VERBS_MODE_PINNED) {
+        return 1;
+    }
+
+    if (verbs->dev->odp_rec_align <= REMAPRING_RING_ALIGN) {
+        return 0; /* the device places ODP writes where they are sent */
+    }
+
+    /* IB's code: 1 for 256 bytes ... 5 for 4096 */
+    mtu = ((id->route.num_paths > 0) && (id->route.path_rec[0].mtu >= 1) &&
+           (id->route.path_rec[0].mtu <= 5)) ?
+                  ((size_t)128 << id->route.path_rec[0].mtu) :
+                  0;
+    if (mtu >= page) {
+        return 0;
+    }
+
+    if (mtu == 0) {
+        ucs_diag("connection from %s: its path MTU is not known, and %s"
+                 " places ODP packets at page starts: pinned mode for it",
+                 name, verbs->dev->name);
+    } else {
+        ucs_diag("connection from %s: path MTU %zu bytes, under a page, and"
+                 " %s places ODP packets at page starts: pinned mode for it",
+                 name, mtu, verbs->dev->name);
+    }
+    return 1;
+}
+
 static void uct_remapring_verbs_accept(uct_remapring_iface_t *iface,
                                        struct rdma_cm_id *id, const void *data,
                                        size_t length)
@@ -1084,6 +1168,7 @@ static void uct_remapring_verbs_accept(uct_remapring_iface_t *iface,
     uct_remapring_verbs_req_t req;
     uct_remapring_verbs_rep_t rep     = {};
     struct rdma_conn_param param      = {};
+    int pinned;
     remapring_ring_params_t params;
     remapring_ring_info_t info;
     uct_remapring_vconn_t *vconn;
@@ -1123,8 +1208,8 @@ static void uct_remapring_verbs_accept(uct_remapring_iface_t *iface,
         return;
     }
 
-    if ((verbs->mode == UCT_REMAPRING_VERBS_MODE_PINNED) &&
-        (req.reserved < iface->rx.nslots)) {
+    pinned = uct_remapring_rx_vconn_pinned(verbs, id, name);
+    if (pinned && (req.reserved < iface->rx.nslots)) {
         ucs_error("%s has a slot table of %u, the rings here have"
                   " %u slots (UCX_REMAPRING_RING_SLOTS)",
                   name, req.reserved, iface->rx.nslots);
@@ -1156,6 +1241,7 @@ static void uct_remapring_verbs_accept(uct_remapring_iface_t *iface,
     vconn->id                = id;
     vconn->remote_table      = req.table_addr;
     vconn->remote_table_rkey = req.table_rkey;
+    vconn->pinned            = pinned;
     id->context              = vconn;
     ucs_strncpy_zero(vconn->name, name, sizeof(vconn->name));
     ucs_list_add_tail(&verbs->rx_conns, &vconn->list);
@@ -1166,14 +1252,13 @@ static void uct_remapring_verbs_accept(uct_remapring_iface_t *iface,
     vconn->credit_table = ucs_calloc(iface->rx.nslots,
                                      sizeof(*vconn->credit_table),
                                      "remapring_verbs_credit_table");
-    if (verbs->mode == UCT_REMAPRING_VERBS_MODE_PINNED) {
+    if (pinned) {
         vconn->slot_mrs = ucs_calloc(iface->rx.nslots,
                                      sizeof(*vconn->slot_mrs),
                                      "remapring_verbs_slot_mrs");
     }
     if ((vconn->slots == NULL) || (vconn->credit_table == NULL) ||
-        ((verbs->mode == UCT_REMAPRING_VERBS_MODE_PINNED) &&
-         (vconn->slot_mrs == NULL))) {
+        (pinned && (vconn->slot_mrs == NULL))) {
         ucs_error("failed to allocate the slot tables of %s", name);
         status = UCS_ERR_NO_MEMORY;
         goto err;
@@ -1184,14 +1269,14 @@ static void uct_remapring_verbs_accept(uct_remapring_iface_t *iface,
     params.commit       = REMAPRING_RING_COMMIT_TAIL;
     params.shared_slots = vconn->slots;
     /* odp: the device follows the view; pinned: the sender the table */
-    params.remap_view   = (verbs->mode == UCT_REMAPRING_VERBS_MODE_ODP);
+    params.remap_view   = !pinned;
     /* a device that misplaces ODP writes inside a page gets whole pages */
-    params.rec_align    = (verbs->mode == UCT_REMAPRING_VERBS_MODE_ODP) ?
+    params.rec_align    = !pinned ?
                                   verbs->dev->odp_rec_align :
                                   REMAPRING_RING_ALIGN;
     params.on_publish   = uct_remapring_rx_vconn_published;
     params.publish_arg  = vconn;
-    params.on_detach    = (verbs->mode == UCT_REMAPRING_VERBS_MODE_PINNED) ?
+    params.on_detach    = pinned ?
                                   uct_remapring_rx_vconn_detached :
                                   NULL;
     params.name         = vconn->name;
@@ -1207,7 +1292,7 @@ static void uct_remapring_verbs_accept(uct_remapring_iface_t *iface,
     }
 
     remapring_ring_get_info(vconn->ring, &info);
-    if (verbs->mode == UCT_REMAPRING_VERBS_MODE_ODP) {
+    if (!pinned) {
         vconn->view_mr = ibv_reg_mr(verbs->dev->pd, (void*)info.view_addr,
                                     (size_t)info.block_size * info.nslots,
                                     IBV_ACCESS_LOCAL_WRITE |
@@ -1242,7 +1327,8 @@ static void uct_remapring_verbs_accept(uct_remapring_iface_t *iface,
 
     rep.magic        = UCT_REMAPRING_VERBS_MAGIC;
     rep.version      = UCT_REMAPRING_VERBS_VERSION;
-    rep.mode         = verbs->mode;
+    rep.mode         = pinned ? UCT_REMAPRING_VERBS_MODE_PINNED :
+                                UCT_REMAPRING_VERBS_MODE_ODP;
     rep.view_addr    = info.view_addr;
     rep.view_rkey    = (vconn->view_mr != NULL) ? vconn->view_mr->rkey : 0;
     rep.nonce        = info.nonce;
@@ -1270,7 +1356,7 @@ static void uct_remapring_verbs_accept(uct_remapring_iface_t *iface,
 
     uct_remapring_md_set_in_use(iface->super.md);
     ucs_debug("accepted %s, %s ring view %p", name,
-              uct_remapring_verbs_mode_str(verbs->mode),
+              uct_remapring_verbs_mode_str(rep.mode),
               (void *)info.view_addr);
     return;
 
@@ -2491,22 +2577,8 @@ uct_remapring_verbs_iface_query(uct_iface_h tl_iface,
 static ucs_status_t uct_remapring_verbs_pool_grown(void *arg, uint32_t first,
                                                    unsigned count, void *addr)
 {
-    uct_remapring_verbs_iface_t *verbs = uct_remapring_verbs(arg);
-    uct_remapring_verbs_slot_mr_t **mrs;
-
-    mrs = ucs_realloc(verbs->block_mrs, (first + count) * sizeof(*mrs),
-                      "remapring_block_mrs");
-    if (mrs == NULL) {
-        ucs_error("failed to allocate the registrations of %u pool blocks",
-                  first + count);
-        return UCS_ERR_NO_MEMORY;
-    }
-
-    memset(&mrs[verbs->nblocks], 0,
-           (first + count - verbs->nblocks) * sizeof(*mrs));
-    verbs->block_mrs = mrs;
-    verbs->nblocks   = first + count;
-    return UCS_OK;
+    return uct_remapring_verbs_block_mrs_reserve(uct_remapring_verbs(arg),
+                                                 first + count);
 }
 
 /* Bandwidth of the port, from its speed and width: the IBTA signalling rates
@@ -2859,7 +2931,7 @@ uct_remapring_verbs_iface_release(uct_remapring_verbs_iface_t *verbs)
     if (verbs->cq != NULL) {
         ibv_destroy_cq(verbs->cq);
     }
-    if (verbs->mode == UCT_REMAPRING_VERBS_MODE_PINNED) {
+    if (verbs->pinned_stats.regs > 0) {
         ucs_debug("%s:%u pinned: %" PRIu64 " blocks registered for a slot,"
                   " %" PRIu64 " kept, %" PRIu64 " revoked while held",
                   verbs->dev->name, verbs->port_num, verbs->pinned_stats.regs,
