@@ -9,6 +9,7 @@
  * ibv_devinfo -v prints them; those named "a small NIC" are made up, within
  * what the verbs API allows, to reach every limit at once. Reachability is
  * checked against this host's routing table (netlink, and ip(8) to compare).
+ * InfiniBand ports' IPoIB addresses are looked up in a fake sysfs tree.
  */
 
 #include <gtest/gtest.h>
@@ -17,9 +18,13 @@
 #include <ifaddrs.h>
 #include <net/if.h>
 
+#include <sys/stat.h>
+
 #include <cstdio>
 #include <cstring>
+#include <list>
 #include <string>
+#include <vector>
 
 extern "C" {
 #include <uct/ib/remapring/verbs/remapring_verbs.h>
@@ -333,4 +338,172 @@ TEST(verbs_route, reachable_where_the_route_leaves_by_the_port)
     EXPECT_FALSE(uct_remapring_verbs_routable(&ours, ifindex, &v6));
     /* no interface known: the family decides */
     EXPECT_TRUE(uct_remapring_verbs_routable(&ours, 0, &lo2));
+}
+
+/*
+ * InfiniBand ports: the address of the IPoIB interface whose hardware
+ * address carries the port's GID. This host has no InfiniBand port: the
+ * interfaces are a fake sysfs tree (a directory of type and address files,
+ * as /sys/class/net has them) and a fake getifaddrs() list, named so.
+ */
+namespace {
+
+class fake_ipoib {
+public:
+    fake_ipoib()
+    {
+        char tmpl[] = "/tmp/fake-sysfs-net.XXXXXX";
+
+        root = mkdtemp(tmpl);
+    }
+
+    ~fake_ipoib()
+    {
+        std::string cmd = "rm -rf '" + root + "'";
+
+        for (auto *ifa : addrs) {
+            delete ifa;
+        }
+        for (auto *ss : storage) {
+            delete ss;
+        }
+        (void)system(cmd.c_str());
+    }
+
+    /* a network interface of ARPHRD type @a type whose hardware address is
+     * @a hwaddr ("xx:xx:...") */
+    void netdev(const char *name, int type, const char *hwaddr)
+    {
+        std::string dir = root + "/" + name;
+
+        ASSERT_EQ(0, mkdir(dir.c_str(), 0755));
+        write(dir + "/type", std::to_string(type) + "\n");
+        write(dir + "/address", std::string(hwaddr) + "\n");
+    }
+
+    /* an address of interface @a name, appended to the list */
+    void addr(const char *name, int family, const char *ip)
+    {
+        auto *ifa = new struct ifaddrs();
+        auto *ss  = new struct sockaddr_storage();
+
+        ss->ss_family = family;
+        if (family == AF_INET) {
+            inet_pton(AF_INET, ip, &((struct sockaddr_in*)ss)->sin_addr);
+        } else {
+            inet_pton(AF_INET6, ip, &((struct sockaddr_in6*)ss)->sin6_addr);
+        }
+        storage.push_back(ss);
+        names.push_back(name);
+        ifa->ifa_name = const_cast<char*>(names.back().c_str());
+        ifa->ifa_addr = (struct sockaddr*)ss;
+        if (!addrs.empty()) {
+            addrs.back()->ifa_next = ifa;
+        }
+        addrs.push_back(ifa);
+    }
+
+    /* uct_remapring_verbs_ipoib_addr() for @a gid: the address found, or
+     * "" */
+    std::string lookup(const union ibv_gid &gid, std::string *ifname)
+    {
+        struct sockaddr_storage ss;
+        char name[IF_NAMESIZE], text[64];
+
+        if (!uct_remapring_verbs_ipoib_addr(root.c_str(), &gid,
+                                            addrs.empty() ? nullptr :
+                                                            addrs.front(),
+                                            &ss, name, sizeof(name))) {
+            return "";
+        }
+        *ifname = name;
+        inet_ntop(ss.ss_family,
+                  (ss.ss_family == AF_INET) ?
+                          (void*)&((struct sockaddr_in*)&ss)->sin_addr :
+                          (void*)&((struct sockaddr_in6*)&ss)->sin6_addr,
+                  text, sizeof(text));
+        return text;
+    }
+
+private:
+    static void write(const std::string &path, const std::string &text)
+    {
+        FILE *f = fopen(path.c_str(), "w");
+
+        ASSERT_NE(nullptr, f) << path;
+        fputs(text.c_str(), f);
+        fclose(f);
+    }
+
+    std::string root;
+    std::list<std::string> names;
+    std::vector<struct ifaddrs*> addrs;
+    std::vector<struct sockaddr_storage*> storage;
+};
+
+/* a port GID: the default subnet prefix and a GUID */
+union ibv_gid port_gid(uint8_t last)
+{
+    union ibv_gid gid = {};
+
+    gid.raw[0]  = 0xfe;
+    gid.raw[1]  = 0x80;
+    gid.raw[8]  = 0x98;
+    gid.raw[9]  = 0x03;
+    gid.raw[10] = 0x9b;
+    gid.raw[11] = 0x03;
+    gid.raw[15] = last;
+    return gid;
+}
+
+} // namespace
+
+TEST(verbs_ipoib, fake_port_finds_its_interface)
+{
+    fake_ipoib fake;
+    std::string ifname;
+
+    /* two ports' IPoIB interfaces, a pkey child of the first, an Ethernet
+     * one; the hardware address is 4 bytes of flags and QPN, then the GID */
+    fake.netdev("eth0", 1, "52:54:00:12:34:56");
+    fake.netdev("ib0", 32, "00:00:10:29:fe:80:00:00:00:00:00:00:98:03:9b:03:"
+                           "00:00:00:01");
+    fake.netdev("ib0.8001", 32, "00:00:11:07:fe:80:00:00:00:00:00:00:98:03:"
+                                "9b:03:00:00:00:01");
+    fake.netdev("ib1", 32, "00:00:10:49:fe:80:00:00:00:00:00:00:98:03:9b:03:"
+                           "00:00:00:02");
+    fake.addr("eth0", AF_INET, "10.0.0.5");
+    fake.addr("ib1", AF_INET6, "fe80::9a03:9b03:0:2");
+    fake.addr("ib1", AF_INET6, "2001:db8::2");
+    fake.addr("ib0", AF_INET6, "2001:db8::1");
+    fake.addr("ib0.8001", AF_INET, "192.168.7.1");
+    fake.addr("ib0", AF_INET, "192.168.1.1");
+
+    /* IPv4 first, in the list's order: the pkey child's comes first */
+    EXPECT_EQ("192.168.7.1", fake.lookup(port_gid(1), &ifname));
+    EXPECT_EQ("ib0.8001", ifname);
+    /* no IPv4: a global IPv6 address, never the link-local one */
+    EXPECT_EQ("2001:db8::2", fake.lookup(port_gid(2), &ifname));
+    EXPECT_EQ("ib1", ifname);
+    /* a GID no interface carries: no address, the port is not offered */
+    EXPECT_EQ("", fake.lookup(port_gid(3), &ifname));
+}
+
+TEST(verbs_ipoib, fake_port_without_an_address)
+{
+    fake_ipoib fake;
+    std::string ifname;
+
+    /* IPoIB interface with only a link-local address, and an Ethernet
+     * interface whose address happens to end in the GID's bytes */
+    fake.netdev("ib0", 32, "00:00:10:29:fe:80:00:00:00:00:00:00:98:03:9b:03:"
+                           "00:00:00:01");
+    fake.netdev("eth1", 1, "fe:80:00:00:00:00:00:00:98:03:9b:03:00:00:00:01");
+    fake.addr("ib0", AF_INET6, "fe80::9a03:9b03:0:1");
+    fake.addr("eth1", AF_INET, "10.1.1.1");
+    EXPECT_EQ("", fake.lookup(port_gid(1), &ifname));
+    /* an interface with a short or garbled hardware address */
+    fake.netdev("ib9", 32, "00:00:10:29:fe:80");
+    fake.addr("ib9", AF_INET, "10.9.9.9");
+    EXPECT_EQ("", fake.lookup(port_gid(1), &ifname));
 }

@@ -80,6 +80,7 @@
 #include <ucs/datastruct/list.h>
 #include <ucs/datastruct/queue.h>
 
+#include <ifaddrs.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
 
@@ -454,10 +455,12 @@ uct_remapring_verbs_query_tl_devices(uct_md_h md,
  *  (sets odp_rec_align, or clears odp when they land elsewhere) */
 void uct_remapring_verbs_dev_probe_odp(uct_remapring_verbs_dev_t *dev);
 
-/** The IP address of port @a port of @a ctx, from GID entry @a gid_index
- *  (-1: the first that carries one, IPv4 RoCE v2 first), the index and
- *  value of that GID and the index of its network interface (0 where the
- *  device names none); false if it has none */
+/** The IP address of port @a port of @a ctx: on RoCE from GID entry
+ *  @a gid_index (-1: the first that carries one, IPv4 RoCE v2 first), on
+ *  InfiniBand its IPoIB interface's (whose hardware address carries GID
+ *  @a gid_index, -1: 0); the index and value of that GID and the index of
+ *  its network interface (0 where the device names none); false if it has
+ *  none */
 int uct_remapring_verbs_port_gid(struct ibv_context *ctx, uint8_t port,
                                  int gid_index, struct sockaddr_storage *ss,
                                  int *index_p, union ibv_gid *gid_p,
@@ -486,6 +489,19 @@ ucs_status_t uct_remapring_verbs_limits(const char *name,
  * longest (655.36 ms), is never returned.
  */
 uint8_t uct_remapring_verbs_rnr_code(double seconds);
+
+/**
+ * The address of an InfiniBand port whose GID is @a gid: of the network
+ * interfaces in @a ifaddrs that @a sysfs_net (/sys/class/net) says are
+ * IPoIB (type 32) with @a gid in their hardware address, the first with an
+ * IPv4 address, else the first with a global IPv6 one; its name in
+ * @a ifname (@a max bytes). False if none.
+ */
+int uct_remapring_verbs_ipoib_addr(const char *sysfs_net,
+                                   const union ibv_gid *gid,
+                                   const struct ifaddrs *ifaddrs,
+                                   struct sockaddr_storage *ss, char *ifname,
+                                   size_t max);
 
 /** uct_remapring_verbs_port_gid(), the address and network interface
  *  alone (@a ifindex_p may be NULL) */

@@ -21,7 +21,9 @@
 #include <ucs/time/time.h>
 
 #include <arpa/inet.h>
+#include <ifaddrs.h>
 #include <inttypes.h>
+#include <net/if.h>
 #include <linux/netlink.h>
 #include <linux/rtnetlink.h>
 #include <unistd.h>
@@ -103,10 +105,130 @@ static int uct_remapring_verbs_gid_ip(const struct ibv_gid_entry *entry,
     return 0;
 }
 
-/* The IP address of a port, from its GID table: the entry @a gid_index
- * names (-1: auto, an IPv4-mapped GID, RoCE v2 first, else a global IPv6
- * RoCE v2 one). An InfiniBand port (no such GID) is not offered: rdma_cm
- * would need its IPoIB address. */
+/* Whether network interface @a name under @a sysfs_net is an IPoIB one
+ * whose hardware address (4 bytes of flags and QP number, then the port's
+ * GID) carries @a gid */
+static int uct_remapring_verbs_ipoib_of(const char *sysfs_net,
+                                        const char *name,
+                                        const union ibv_gid *gid)
+{
+    char path[PATH_MAX], text[128];
+    unsigned byte;
+    int i, n, pos;
+    FILE *file;
+
+    snprintf(path, sizeof(path), "%s/%s/type", sysfs_net, name);
+    file = fopen(path, "r");
+    if (file == NULL) {
+        return 0;
+    }
+    n = fscanf(file, "%d", &i);
+    fclose(file);
+    if ((n != 1) || (i != 32)) { /* ARPHRD_INFINIBAND */
+        return 0;
+    }
+
+    snprintf(path, sizeof(path), "%s/%s/address", sysfs_net, name);
+    file = fopen(path, "r");
+    if (file == NULL) {
+        return 0;
+    }
+    n = (fgets(text, sizeof(text), file) != NULL);
+    fclose(file);
+    if (!n) {
+        return 0;
+    }
+
+    /* "xx:xx:...": 20 bytes, the GID from the fifth on */
+    for (i = 0, pos = 0; i < 20; ++i) {
+        if ((sscanf(&text[pos], "%2x", &byte) != 1) ||
+            ((i >= 4) && (byte != gid->raw[i - 4]))) {
+            return 0;
+        }
+        pos += 2;
+        if ((i < 19) && (text[pos++] != ':')) {
+            return 0;
+        }
+    }
+    return 1;
+}
+
+int uct_remapring_verbs_ipoib_addr(const char *sysfs_net,
+                                   const union ibv_gid *gid,
+                                   const struct ifaddrs *ifaddrs,
+                                   struct sockaddr_storage *ss, char *ifname,
+                                   size_t max)
+{
+    const struct ifaddrs *ifa;
+    const uint8_t *raw;
+    int pass;
+
+    for (pass = 0; pass < 2; ++pass) {
+        for (ifa = ifaddrs; ifa != NULL; ifa = ifa->ifa_next) {
+            if ((ifa->ifa_addr == NULL) ||
+                (ifa->ifa_addr->sa_family != (pass ? AF_INET6 : AF_INET))) {
+                continue;
+            }
+
+            raw = ((const struct sockaddr_in6*)ifa->ifa_addr)->sin6_addr.s6_addr;
+            if (pass && (((raw[0] == 0xfe) && ((raw[1] & 0xc0) == 0x80)) ||
+                         IN6_IS_ADDR_LOOPBACK(raw))) {
+                continue; /* link-local: rdma_cm would need the scope */
+            }
+
+            if (!uct_remapring_verbs_ipoib_of(sysfs_net, ifa->ifa_name, gid)) {
+                continue;
+            }
+
+            memset(ss, 0, sizeof(*ss));
+            memcpy(ss, ifa->ifa_addr,
+                   pass ? sizeof(struct sockaddr_in6) :
+                          sizeof(struct sockaddr_in));
+            ucs_strncpy_zero(ifname, ifa->ifa_name, max);
+            return 1;
+        }
+    }
+
+    return 0;
+}
+
+/* An InfiniBand port's address: its IPoIB interface's, which rdma_cm
+ * resolves over IPoIB (ARP or neighbour discovery) */
+static int uct_remapring_verbs_ib_port_addr(struct ibv_context *ctx,
+                                            uint8_t port, int gid_index,
+                                            struct sockaddr_storage *ss,
+                                            int *index_p, union ibv_gid *gid_p,
+                                            int *ifindex_p)
+{
+    char ifname[IF_NAMESIZE];
+    struct ifaddrs *ifaddrs;
+    int index = (gid_index < 0) ? 0 : gid_index;
+    int found;
+
+    if ((ibv_query_gid(ctx, port, index, gid_p) != 0) ||
+        (getifaddrs(&ifaddrs) != 0)) {
+        return 0;
+    }
+
+    found = uct_remapring_verbs_ipoib_addr("/sys/class/net", gid_p, ifaddrs,
+                                           ss, ifname, sizeof(ifname));
+    freeifaddrs(ifaddrs);
+    if (!found) {
+        ucs_debug("%s:%u: no IPoIB interface with an address carries GID %d",
+                  ibv_get_device_name(ctx->device), port, index);
+        return 0;
+    }
+
+    *index_p = index;
+    if (ifindex_p != NULL) {
+        *ifindex_p = if_nametoindex(ifname);
+    }
+    return 1;
+}
+
+/* The IP address of a port: on RoCE from its GID table, the entry
+ * @a gid_index names (-1: auto, an IPv4-mapped GID, RoCE v2 first, else a
+ * global IPv6 RoCE v2 one); on InfiniBand its IPoIB interface's */
 int uct_remapring_verbs_port_gid(struct ibv_context *ctx, uint8_t port,
                                  int gid_index, struct sockaddr_storage *ss,
                                  int *index_p, union ibv_gid *gid_p,
@@ -118,6 +240,11 @@ int uct_remapring_verbs_port_gid(struct ibv_context *ctx, uint8_t port,
 
     if (ibv_query_port(ctx, port, &port_attr) != 0) {
         return 0;
+    }
+
+    if (port_attr.link_layer == IBV_LINK_LAYER_INFINIBAND) {
+        return uct_remapring_verbs_ib_port_addr(ctx, port, gid_index, ss,
+                                                index_p, gid_p, ifindex_p);
     }
 
     first = (gid_index < 0) ? 0 : gid_index;
@@ -608,6 +735,7 @@ uct_remapring_verbs_odp_probe(uct_remapring_verbs_dev_t *dev)
     attr.ah_attr.grh.dgid       = gid;
     attr.ah_attr.grh.sgid_index = index;
     attr.ah_attr.grh.hop_limit  = 64;
+    attr.ah_attr.dlid           = port_attr.lid; /* InfiniBand; 0 on RoCE */
     attr.ah_attr.port_num       = port;
     if (ibv_modify_qp(qp, &attr, IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU |
                                  IBV_QP_DEST_QPN | IBV_QP_RQ_PSN |
@@ -840,7 +968,9 @@ static ucs_config_field_t uct_remapring_verbs_md_config_table[] = {
      "and connected with (rdma_cm listens on it; a peer's route to it is\n"
      "what makes the peer reachable). auto: an IPv4-mapped GID, RoCE v2\n"
      "first, else a global IPv6 RoCE v2 one. A port whose chosen entry\n"
-     "carries no IP address is not offered.",
+     "carries no IP address is not offered. An InfiniBand port is offered\n"
+     "with the address of its IPoIB interface, the one whose hardware\n"
+     "address carries the GID (auto: GID 0), IPv4 first.",
      ucs_offsetof(uct_remapring_verbs_md_config_t, gid_index),
      UCS_CONFIG_TYPE_ULUNITS},
 
