@@ -75,6 +75,8 @@ TEST(verbs_limits, mlx5_takes_the_settings)
                                                  1024, block, &limits));
     EXPECT_EQ(256u, limits.sq_size);
     EXPECT_EQ(1024u, limits.srq_size);
+    /* room to grow with the connections: up to 8192 */
+    EXPECT_EQ(8192u, limits.srq_max);
     /* the transport's own bound on an iov, under the device's 30 */
     EXPECT_EQ(UCT_REMAPRING_MAX_IOV, limits.send_sge);
     EXPECT_EQ(UCT_REMAPRING_MAX_IOV, limits.read_sge);
@@ -94,6 +96,7 @@ TEST(verbs_limits, small_nic_bounds_every_figure)
     /* max_srq_wr (511), under what the CQ leaves besides a QP's requests
      * (767 - 128) */
     EXPECT_EQ(511u, limits.srq_size);
+    EXPECT_EQ(511u, limits.srq_max); /* the device's own bound */
     EXPECT_EQ(4u, limits.send_sge);    /* max_sge */
     EXPECT_EQ(1u, limits.read_sge);    /* max_sge_rd */
     EXPECT_EQ(size_t(1) << 31, limits.max_msg);

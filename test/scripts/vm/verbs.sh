@@ -41,10 +41,11 @@
 #   remote access error, ucp_hold loses and corrupts nothing; with
 #   MAX_PEERS 3, connections past it are refused, with a log line
 #   pair, with APPS: small messages to a receiver that pauses its progress
-#   for 50-200 ms at random (ucp_hold -P): nothing lost, no two messages
-#   500 ms or more apart besides the pauses (rdma_cm's RNR timer would
-#   keep a NAKed write back 655 ms; TCG alone made gaps of up to 170 ms),
-#   rxe's RNR counters printed;
+#   for 50-200 ms at random (ucp_hold -P): nothing lost, no RNR NAK sent
+#   by the receiver (its senders hold their tails past IMM_WINDOW), no two
+#   messages 500 ms or more apart besides the pauses (rdma_cm's RNR timer
+#   would keep a NAKed write back 655 ms; TCG alone made gaps of up to
+#   170 ms), rxe's RNR counters printed;
 #   ucp_hold with the receiver on vm-a and the sender on
 #   vm-b (-L/-C), and test/apps/mpi_pingpong (APPS/mpi_pingpong_ompi and
 #   _mpich, built on the host) across the guests over remaprdma,self
@@ -495,10 +496,12 @@ fi
 # ucp_hold across the guests: the receiver on a, the sender on b
 if [ "$where" = pair ] && [ -n "$apps" ]; then
     # small messages streamed to a receiver that stops progressing for
-    # 50-200 ms at a time: its receive requests run out, the sender's
-    # writes are NAKed (RNR) and retried after the QP's RNR timer, which
-    # rdma_cm would leave at 655 ms; the sender must stall no longer than
-    # the pause, plus what TCG adds
+    # 50-200 ms at a time: each record's tail takes a receive request,
+    # which only the receiver's progress posts again; the sender holds
+    # its tails past IMM_WINDOW (32) unacknowledged ones, so the requests
+    # never run out (no RNR NAK: the receiver's rxe counts those it sends,
+    # which must stay 0), and the sender stalls no longer than the pause,
+    # plus what TCG adds
     vm_note "a receiver that pauses: small messages from vm-b to vm-a"
     rnr_counters() {
         local d=/sys/class/infiniband/rxe0/ports/1/hw_counters
@@ -510,16 +513,23 @@ if [ "$where" = pair ] && [ -n "$apps" ]; then
     else
         hold=(-C vm-a:17801)
     fi
-    read -r rnr_rcvd0 rnr_sent0 < <(rnr_counters)
-    # 64 receive requests (the fewest), so that a pause runs them out, and
-    # pinned mode, whose records are not on pages: a window holds thousands
+    # (no process substitution: the guest has no /dev/fd)
+    counters=$(rnr_counters)
+    rnr_rcvd0=${counters% *} rnr_sent0=${counters#* }
+    # 64 receive requests (the fewest) at least, and pinned mode, whose
+    # records are not on pages: a window of the ring holds thousands
     "${rr[@]}" UCX_TLS=remaprdma,self UCX_REMAPRDMA_SRQ_SIZE=64 \
-        UCX_REMAPRDMA_MODE=pinned timeout 300 \
+        UCX_REMAPRDMA_MODE=pinned UCX_LOG_LEVEL=debug UCX_LOG_FILE=stderr \
+        UCX_LOG_FILE_FILTER='*/remapring_verbs_iface.c' timeout 300 \
         "$apps/ucp_hold" -n 40000 -s 9 -M 64 -m 0 -p 0 -T am -P 200 -E 8000 \
         "${hold[@]}" > /tmp/pause 2>&1
     st=$?
-    read -r rnr_rcvd1 rnr_sent1 < <(rnr_counters)
-    grep -v 'UCX  \(INFO\|DIAG\)' /tmp/pause | tail -4 | sed 's/^/   /'
+    counters=$(rnr_counters)
+    rnr_rcvd1=${counters% *} rnr_sent1=${counters#* }
+    grep -v 'UCX  ' /tmp/pause | tail -4 | sed 's/^/   /'
+    grep ' immediates: ' /tmp/pause | sed 's/^.*UCX  /   /'
+    held=$(sed -n 's/.* immediates: \([0-9]*\) times a sender held.*/\1/p' \
+               /tmp/pause | sort -n | tail -1)
     echo "   rxe0: RNR NAKs received $((rnr_rcvd1 - rnr_rcvd0))," \
          "sent $((rnr_sent1 - rnr_sent0))"
     if [ "$VM_ROLE" = a ]; then
@@ -533,11 +543,10 @@ if [ "$where" = pair ] && [ -n "$apps" ]; then
         if [ $st -ne 0 ] || ! grep -q '^receiver: 0 errors, 0 lost' /tmp/pause ||
            [ -z "$gap" ]; then
             bad "a receiver that pauses: status $st"
+        elif [ $((rnr_sent1 - rnr_sent0)) -ne 0 ]; then
+            bad "a receiver that pauses: it sent $((rnr_sent1 - rnr_sent0)) RNR NAKs (its receive requests ran out)"
         elif awk -v g="$gap" 'BEGIN { exit !(g < 500) }'; then
-            check "a receiver that pauses: nothing lost, messages at most $gap ms apart besides the pauses"
-            [ $((rnr_sent1 - rnr_sent0)) -gt 0 ] ||
-                echo "   (no RNR NAK in this run: the pauses did not run the" \
-                     "receive requests out, so the RNR timer was not needed)"
+            check "a receiver that pauses: nothing lost, no RNR NAK, messages at most $gap ms apart besides the pauses"
         else
             bad "a receiver that pauses: messages $gap ms apart besides the pauses"
         fi
@@ -545,8 +554,15 @@ if [ "$where" = pair ] && [ -n "$apps" ]; then
         # the sender's longest wait for a send: printed, not judged; under
         # TCG it is 1-2 s without any pause, UCP's wireup finishing (its
         # reply needs the receiver's rdma_cm connection back to us)
-        [ $st -eq 0 ] && check "a receiver that pauses: the sender" ||
+        # the pauses made the sender hold its tails (without the window
+        # its records would have taken receive requests past the SRQ)
+        if [ $st -ne 0 ]; then
             bad "a receiver that pauses: the sender's status $st"
+        elif [ "${held:-0}" -eq 0 ]; then
+            bad "a receiver that pauses: the sender never held its tail"
+        else
+            check "a receiver that pauses: the sender held its tail $held times for an acknowledgement"
+        fi
     fi
 
     vm_note "ucp_hold from vm-b to vm-a over remaprdma,self on rxe0:1"

@@ -31,6 +31,18 @@
  * an empty write whose immediate carries the STALL bit, and its grant
  * doubles as on the shm wire.
  *
+ * Receive requests: every immediate takes one of the receiver's SRQ,
+ * reposted only by its progress. A sender has at most imm_window (from the
+ * reply) immediates in flight on a connection: a record that finds them
+ * all in flight is written without one and its tail waits; the receiver
+ * acknowledges the immediates it took, every half window, with a write
+ * whose immediate has IMM_ACK set, and the held tail goes then (until then
+ * the connection's later sends and flushes wait as pending). The SRQ keeps a
+ * window posted for each connection (a sending connection's share: the
+ * credits and acknowledgements it can be sent), growing with them, so a
+ * receiver that stops progressing makes its senders hold their tails, not
+ * meet RNR NAKs.
+ *
  * Modes, chosen from what the device reports (UCX_REMAPRDMA_MODE):
  *   odp     the ring view is registered with explicit On-Demand Paging; the
  *           writer writes to view + (offset % W), and a block the receiver
@@ -86,12 +98,15 @@
 
 
 #define UCT_REMAPRING_VERBS_MAGIC      0x726d7662u /* "bvmr" */
-#define UCT_REMAPRING_VERBS_VERSION    1
+#define UCT_REMAPRING_VERBS_VERSION    2
 #define UCT_REMAPRING_VERBS_RKEY_MAGIC 0x79656b7362726576ull /* "verbskey" */
 /* Immediate data of a record write: the tail in 64-byte units, and a bit
  * for "out of credit" */
 #define UCT_REMAPRING_VERBS_IMM_STALL  0x80000000u
 #define UCT_REMAPRING_VERBS_IMM_MASK   0x7fffffffu
+/* Immediate data from a receiver: its limit in slots (mod 2^31), or with
+ * this bit the number of the sender's immediates it took (mod 2^31) */
+#define UCT_REMAPRING_VERBS_IMM_ACK    0x80000000u
 
 
 /**
@@ -119,6 +134,7 @@ typedef struct uct_remapring_verbs_iface_config {
     double rnr_timer;   /* seconds */
     size_t max_inline;  /* UCS_MEMUNITS_AUTO: UCT_REMAPRING_VERBS_MAX_INLINE_AUTO */
     unsigned max_peers; /* connections an interface accepts */
+    unsigned imm_window; /* a sender's immediates in flight, at most */
 } uct_remapring_verbs_iface_config_t;
 
 
@@ -129,6 +145,7 @@ typedef struct uct_remapring_verbs_iface_config {
 typedef struct uct_remapring_verbs_limits {
     unsigned sq_size;  /* send requests per connection (QP) */
     unsigned srq_size; /* receive requests of the interface (SRQ) */
+    unsigned srq_max;  /* what the SRQ may grow to, as connections come */
     unsigned send_sge; /* gather entries of a WRITE: put_zcopy's iov */
     unsigned read_sge; /* scatter entries of a READ: get_zcopy's iov */
     size_t   max_msg;  /* largest message of the port */
@@ -259,6 +276,7 @@ typedef struct uct_remapring_verbs_rep {
     uint32_t align;
     uint32_t align_offset;
     uint32_t rec_align;   /* records start on multiples of it */
+    uint32_t imm_window;  /* immediates the sender may have in flight */
 } UCS_S_PACKED uct_remapring_verbs_rep_t;
 
 
@@ -351,6 +369,10 @@ struct uct_remapring_vconn {
     struct ibv_mr              *table_mr;
     uint64_t                   limit;     /* credit, from the receiver */
     int                        stall_sent;
+    uint32_t                   imm_posted; /* immediates sent, */
+    uint32_t                   imm_acked;  /* of them taken (mod 2^31) */
+    int                        tail_held; /* tail not sent: no window */
+    int                        stall_held; /* the same, a stall */
     uct_remapring_verbs_rep_t  rep;
     struct {
         uint64_t               start, end; /* ring range */
@@ -377,6 +399,8 @@ struct uct_remapring_vconn {
     uint64_t                   credited;  /* limit last sent */
     uint64_t                   prefetched; /* odp: ring offsets faulted in */
     uint64_t                   rx_tail;   /* from the immediates */
+    uint32_t                   imm_taken; /* the sender's immediates, */
+    uint32_t                   imm_told;  /* of them acknowledged */
     int                        active;
     int                        failed;
     ucs_list_link_t            list;      /* iface's rx conns, zombies */
@@ -394,7 +418,11 @@ typedef struct uct_remapring_verbs_iface {
     uct_remapring_verbs_mode_t mode;     /* ODP or PINNED */
     struct ibv_cq              *cq;
     struct ibv_srq             *srq;
-    unsigned                   srq_size, srq_posted;
+    unsigned                   srq_size, srq_posted; /* posted: target */
+    unsigned                   srq_min;  /* UCX_REMAPRDMA_SRQ_SIZE */
+    unsigned                   srq_max;  /* the SRQ's capacity */
+    unsigned                   imm_window;
+    int                        srq_short; /* said it cannot bound them */
     unsigned                   sq_size;
     unsigned                   sig_every;
     size_t                     staging_size;
@@ -426,6 +454,10 @@ typedef struct uct_remapring_verbs_iface {
         uint64_t               reuses;    /* credits that kept one */
         uint64_t               revoked;   /* deregistered while held */
     } pinned_stats;
+    struct {
+        uint64_t               held;      /* tails held for an ack */
+        uint64_t               acks;      /* acknowledgements sent */
+    } imm_stats;
 } uct_remapring_verbs_iface_t;
 
 

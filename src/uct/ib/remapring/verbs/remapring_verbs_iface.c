@@ -62,6 +62,12 @@
 #define UCT_REMAPRING_VERBS_SRQ_SIZE_MAX 65536
 #define UCT_REMAPRING_VERBS_TIMEOUT_MAX  31
 #define UCT_REMAPRING_VERBS_MAX_PEERS    65536
+#define UCT_REMAPRING_VERBS_IMM_WINDOW_MIN 2
+#define UCT_REMAPRING_VERBS_IMM_WINDOW_MAX 4096
+/* what an SRQ grows to, at most, unless SRQ_SIZE asks more */
+#define UCT_REMAPRING_VERBS_SRQ_GROW_MAX   8192
+/* receive requests taken before progress posts them again, at most */
+#define UCT_REMAPRING_VERBS_SRQ_REFILL     32
 
 /* inline sends: what "auto" asks of each QP, and the most any setting asks
  * (devices take a few hundred bytes: mlx5 about 900, rxe 400ish) */
@@ -103,8 +109,11 @@ static ucs_config_field_t uct_remapring_verbs_iface_config_table[] = {
      UCS_CONFIG_TYPE_UINT},
 
     {"SRQ_SIZE", "1024",
-     "Receive requests an interface keeps posted, shared by all its\n"
-     "connections: one is taken by each record's immediate. Between "
+     "Receive requests an interface keeps posted at least, shared by all its\n"
+     "connections: one is taken by each immediate (a record's tail, a credit).\n"
+     "It grows with the connections, IMM_WINDOW for each, up to "
+     UCS_PP_MAKE_STRING(UCT_REMAPRING_VERBS_SRQ_GROW_MAX) "\n"
+     "(or this, if more) and what the device allows. Between "
      UCS_PP_MAKE_STRING(UCT_REMAPRING_VERBS_SRQ_SIZE_MIN) "\nand "
      UCS_PP_MAKE_STRING(UCT_REMAPRING_VERBS_SRQ_SIZE_MAX) ".",
      ucs_offsetof(uct_remapring_verbs_iface_config_t, srq_size),
@@ -138,6 +147,19 @@ static ucs_config_field_t uct_remapring_verbs_iface_config_table[] = {
      ucs_offsetof(uct_remapring_verbs_iface_config_t, rnr_timer),
      UCS_CONFIG_TYPE_TIME},
 
+    {"IMM_WINDOW", "32",
+     "Immediates (records' tails) a sender may have in flight on one\n"
+     "connection, each taking a receive request of the receiver: a record\n"
+     "that finds them all in flight is written without one, its tail held\n"
+     "(and the connection's next sends pending) until the receiver says it\n"
+     "took the earlier ones (every half window). A receiver that stops\n"
+     "progressing then makes its senders wait, not meet RNR NAKs. The\n"
+     "receiver's setting is the one used.\n"
+     "Between " UCS_PP_MAKE_STRING(UCT_REMAPRING_VERBS_IMM_WINDOW_MIN) " and "
+     UCS_PP_MAKE_STRING(UCT_REMAPRING_VERBS_IMM_WINDOW_MAX) ".",
+     ucs_offsetof(uct_remapring_verbs_iface_config_t, imm_window),
+     UCS_CONFIG_TYPE_UINT},
+
     {"MAX_PEERS", "1024",
      "Connections one interface accepts: any host that reaches its port\n"
      "can ask for one, and each takes a ring (RING_SLOTS * BLOCK_SIZE of the\n"
@@ -163,6 +185,7 @@ static ucs_config_field_t uct_remapring_verbs_iface_config_table[] = {
 
 
 static ucs_status_t uct_remapring_vconn_send_credit(uct_remapring_vconn_t *vconn);
+static void uct_remapring_tx_vconn_release_tail(uct_remapring_vconn_t *vconn);
 static void uct_remapring_verbs_poll_cq(uct_remapring_iface_t *iface);
 
 
@@ -298,7 +321,10 @@ uct_remapring_verbs_peer_can_post(uct_remapring_peer_t *peer, size_t length)
         needed += vconn->staging_size - offset;
     }
 
+    /* a held tail waits for the receiver's acknowledgement: what comes
+     * after it too (the flush, the next send) */
     return (vconn->state == UCT_REMAPRING_VCONN_READY) &&
+           !vconn->tail_held && !vconn->stall_held &&
            (vconn->sq_avail >= 3) &&
            (ucs_min(needed, vconn->staging_size) <=
             vconn->staging_size - (vconn->staging_head - vconn->staging_tail));
@@ -340,6 +366,11 @@ static void uct_remapring_vconn_op_done(uct_remapring_vconn_t *vconn,
 
     if (op->comp != NULL) {
         uct_invoke_completion(op->comp, status);
+    }
+
+    /* a held tail that had its acknowledgement but no request then */
+    if (!vconn->is_rx && (vconn->tail_held || vconn->stall_held)) {
+        uct_remapring_tx_vconn_release_tail(vconn);
     }
 
     /* send requests and staging came back */
@@ -431,6 +462,10 @@ static ucs_status_t uct_remapring_vwire_write(remapring_wire_t *wire,
         return UCS_ERR_CONNECTION_RESET;
     }
 
+    if (ucs_unlikely(vconn->tail_held || vconn->stall_held)) {
+        return UCS_ERR_NO_RESOURCE; /* until the receiver acknowledges */
+    }
+
     /* records never cross a slot: a run per slot */
     for (i = 0; i < nsegs; ++i) {
         if ((nruns == 0) ||
@@ -490,25 +525,75 @@ static ucs_status_t uct_remapring_vwire_write(remapring_wire_t *wire,
     return UCS_OK;
 }
 
+/* Whether the receiver has a receive request for one more immediate of
+ * ours: fewer than its window are in flight */
+static int uct_remapring_vconn_imm_room(const uct_remapring_vconn_t *vconn)
+{
+    return ((vconn->imm_posted - vconn->imm_acked) &
+            UCT_REMAPRING_VERBS_IMM_MASK) < vconn->rep.imm_window;
+}
+
+/* The tail, and the stall if one waits, as the immediate of an empty write */
+static ucs_status_t uct_remapring_vconn_send_tail(uct_remapring_vconn_t *vconn,
+                                                  int stall)
+{
+    uint32_t imm = ((uint32_t)(vconn->tail / REMAPRING_RING_ALIGN) &
+                    UCT_REMAPRING_VERBS_IMM_MASK) |
+                   (stall ? UCT_REMAPRING_VERBS_IMM_STALL : 0);
+    ucs_status_t status;
+
+    status = uct_remapring_vconn_write_run(vconn, vconn->tail, vconn->tail, 0,
+                                           1, imm);
+    if (status == UCS_OK) {
+        ++vconn->imm_posted;
+    }
+    return status;
+}
+
+/* A held tail (and stall), once the receiver has a receive request for it
+ * and the send queue a request */
+static void uct_remapring_tx_vconn_release_tail(uct_remapring_vconn_t *vconn)
+{
+    if ((vconn->tail_held || vconn->stall_held) &&
+        (vconn->state == UCT_REMAPRING_VCONN_READY) &&
+        (vconn->sq_avail >= 2) && uct_remapring_vconn_imm_room(vconn) &&
+        (uct_remapring_vconn_send_tail(vconn, vconn->stall_held) == UCS_OK)) {
+        vconn->stall_sent |= vconn->stall_held;
+        vconn->tail_held   = 0;
+        vconn->stall_held  = 0;
+    }
+}
+
 static void
 uct_remapring_vwire_publish_tail(remapring_wire_t *wire, uint64_t tail)
 {
     uct_remapring_vconn_t *vconn = ((uct_remapring_vwire_t*)wire)->vconn;
     uint32_t imm                 = (uint32_t)(tail / REMAPRING_RING_ALIGN) &
                    UCT_REMAPRING_VERBS_IMM_MASK;
-    ucs_status_t status;
+    int room                     = uct_remapring_vconn_imm_room(vconn);
+    ucs_status_t status          = UCS_OK;
 
+    /* without room the bytes go now, their tail with a later immediate */
     if (vconn->pending.valid) {
         status = uct_remapring_vconn_write_run(vconn, vconn->pending.start,
                                                vconn->pending.end,
-                                               vconn->pending.staging, 1, imm);
+                                               vconn->pending.staging, room,
+                                               imm);
         vconn->pending.valid = 0;
-    } else {
+    } else if (room) {
         status = uct_remapring_vconn_write_run(vconn, vconn->tail,
                                                vconn->tail, 0, 1, imm);
     }
 
     vconn->tail = tail;
+    if (room && (status == UCS_OK)) {
+        ++vconn->imm_posted;
+        vconn->tail_held = 0; /* this tail covers a held one */
+    } else {
+        uct_remapring_verbs(vconn->iface)->imm_stats.held += !vconn->tail_held;
+        vconn->tail_held = 1;
+    }
+
     if (status != UCS_OK) {
         uct_remapring_peer_failed(vconn->peer, UCS_ERR_IO_ERROR,
                                   "a write into its ring failed");
@@ -525,19 +610,20 @@ static uint64_t uct_remapring_vwire_limit(remapring_wire_t *wire)
 static void uct_remapring_vwire_stalled(remapring_wire_t *wire)
 {
     uct_remapring_vconn_t *vconn = ((uct_remapring_vwire_t*)wire)->vconn;
-    uint32_t imm;
 
     if (vconn->stall_sent || (vconn->state != UCT_REMAPRING_VCONN_READY) ||
         (vconn->sq_avail < 2)) {
         return;
     }
 
-    imm = ((uint32_t)(vconn->tail / REMAPRING_RING_ALIGN) &
-           UCT_REMAPRING_VERBS_IMM_MASK) |
-          UCT_REMAPRING_VERBS_IMM_STALL;
-    if (uct_remapring_vconn_write_run(vconn, vconn->tail, vconn->tail, 0, 1,
-                                      imm) == UCS_OK) {
+    if (!uct_remapring_vconn_imm_room(vconn)) {
+        vconn->stall_held = 1; /* with the held tail, once acknowledged */
+        return;
+    }
+
+    if (uct_remapring_vconn_send_tail(vconn, 1) == UCS_OK) {
         vconn->stall_sent = 1;
+        vconn->tail_held  = 0;
     }
 }
 
@@ -586,6 +672,34 @@ static ucs_status_t uct_remapring_verbs_cq_reserve(uct_remapring_iface_t *iface)
     return UCS_OK;
 }
 
+/* Receive requests for one more connection: each takes a window of them,
+ * its sender's immediates in flight (or, sending, the credits and
+ * acknowledgements its receiver may write before our progress takes them:
+ * a window of slots and two), and the interface the ones its progress has
+ * taken and not posted again yet (fewer than
+ * UCT_REMAPRING_VERBS_SRQ_REFILL); posted by the next progress */
+static void uct_remapring_verbs_srq_reserve(uct_remapring_verbs_iface_t *verbs)
+{
+    unsigned share = ucs_max(verbs->imm_window,
+                             verbs->super.rx.nslots + 3);
+    unsigned need  = share * (kh_size(&verbs->qps) + 1) +
+                     2 * UCT_REMAPRING_VERBS_SRQ_REFILL;
+
+    if (need <= verbs->srq_size) {
+        return;
+    }
+
+    if ((need > verbs->srq_max) && !verbs->srq_short) {
+        ucs_diag("%s: %u receive requests would bound the immediates of %u"
+                 " connections, the SRQ takes %u: past that, a receiver that"
+                 " stops progressing makes its senders meet RNR NAKs",
+                 verbs->dev->name, need, kh_size(&verbs->qps) + 1,
+                 verbs->srq_max);
+        verbs->srq_short = 1;
+    }
+    verbs->srq_size = ucs_min(need, verbs->srq_max);
+}
+
 static ucs_status_t uct_remapring_vconn_create_qp(uct_remapring_vconn_t *vconn)
 {
     uct_remapring_iface_t *iface       = vconn->iface;
@@ -595,6 +709,7 @@ static ucs_status_t uct_remapring_vconn_create_qp(uct_remapring_vconn_t *vconn)
     khiter_t iter;
     int ret;
 
+    uct_remapring_verbs_srq_reserve(verbs);
     status = uct_remapring_verbs_cq_reserve(iface);
     if (status != UCS_OK) {
         return status;
@@ -1013,7 +1128,8 @@ static ucs_status_t uct_remapring_vconn_send_credit(uct_remapring_vconn_t *vconn
         first  = (first + n) & (nslots - 1);
         if (count == 0) {
             wr.opcode   = IBV_WR_RDMA_WRITE_WITH_IMM;
-            wr.imm_data = htonl((uint32_t)(limit >> ring->block_shift));
+            wr.imm_data = htonl((uint32_t)(limit >> ring->block_shift) &
+                                UCT_REMAPRING_VERBS_IMM_MASK);
         } else {
             wr.opcode   = IBV_WR_RDMA_WRITE;
         }
@@ -1029,6 +1145,36 @@ static ucs_status_t uct_remapring_vconn_send_credit(uct_remapring_vconn_t *vconn
     return UCS_OK;
 }
 
+/* Tell the sender how many of its immediates were taken, every half
+ * window: each took a receive request, which progress reposts; again when
+ * requests complete, where the send queue is full */
+static void uct_remapring_rx_vconn_ack(uct_remapring_vconn_t *vconn)
+{
+    uct_remapring_verbs_iface_t *verbs = uct_remapring_verbs(vconn->iface);
+    struct ibv_send_wr wr              = {};
+
+    if ((((vconn->imm_taken - vconn->imm_told) &
+          UCT_REMAPRING_VERBS_IMM_MASK) < ucs_max(verbs->imm_window / 2, 1u)) ||
+        (vconn->state != UCT_REMAPRING_VCONN_READY) || (vconn->sq_avail < 2)) {
+        return;
+    }
+
+    wr.opcode              = IBV_WR_RDMA_WRITE_WITH_IMM;
+    wr.imm_data            = htonl((vconn->imm_taken &
+                                    UCT_REMAPRING_VERBS_IMM_MASK) |
+                                   UCT_REMAPRING_VERBS_IMM_ACK);
+    wr.wr.rdma.rkey        = vconn->remote_table_rkey;
+    wr.wr.rdma.remote_addr = vconn->remote_table;
+    if (uct_remapring_vconn_post(vconn, &wr, 0, 0, NULL, NULL) != UCS_OK) {
+        uct_remapring_rx_vconn_fail(vconn, "an acknowledgement could not be"
+                                           " sent");
+        return;
+    }
+
+    vconn->imm_told = vconn->imm_taken;
+    ++verbs->imm_stats.acks;
+}
+
 /* A record's immediate: the sender's new tail, and maybe a stall */
 static void uct_remapring_rx_vconn_imm(uct_remapring_vconn_t *vconn,
                                        uint32_t imm)
@@ -1042,6 +1188,8 @@ static void uct_remapring_rx_vconn_imm(uct_remapring_vconn_t *vconn,
         return;
     }
 
+    ++vconn->imm_taken;
+    uct_remapring_rx_vconn_ack(vconn);
     if (imm & UCT_REMAPRING_VERBS_IMM_STALL) {
         __atomic_store_n(&vconn->ctl.stalls, vconn->ctl.stalls + 1,
                          __ATOMIC_RELAXED);
@@ -1339,6 +1487,7 @@ static void uct_remapring_verbs_accept(uct_remapring_iface_t *iface,
     rep.align        = info.align;
     rep.align_offset = info.align_offset;
     rep.rec_align    = info.rec_align;
+    rep.imm_window   = verbs->imm_window;
 
     param.private_data        = &rep;
     param.private_data_len    = sizeof(rep);
@@ -1386,19 +1535,35 @@ static void uct_remapring_tx_vconn_fail(uct_remapring_vconn_t *vconn,
     uct_remapring_peer_failed(vconn->peer, status, reason);
 }
 
-/* The receiver's credit: its limit, in slots */
+/* The receiver's credit, its limit in slots, or its acknowledgement of our
+ * immediates, which sends a held tail */
 static void uct_remapring_tx_vconn_credit(uct_remapring_vconn_t *vconn,
                                           uint32_t imm)
 {
     uint64_t slots = vconn->limit >> vconn->block_shift;
-    uint32_t delta = imm - (uint32_t)slots;
+    uint32_t delta;
 
-    if (delta > INT32_MAX) {
-        return; /* an old one */
+    if (imm & UCT_REMAPRING_VERBS_IMM_ACK) {
+        delta = (imm - vconn->imm_acked) & UCT_REMAPRING_VERBS_IMM_MASK;
+        if ((delta == 0) ||
+            (delta > ((vconn->imm_posted - vconn->imm_acked) &
+                      UCT_REMAPRING_VERBS_IMM_MASK))) {
+            return; /* an old one, or more than we sent */
+        }
+
+        vconn->imm_acked = imm & UCT_REMAPRING_VERBS_IMM_MASK;
+        uct_remapring_tx_vconn_release_tail(vconn);
+    } else {
+        delta = (imm - (uint32_t)slots) & UCT_REMAPRING_VERBS_IMM_MASK;
+        if (delta > (UCT_REMAPRING_VERBS_IMM_MASK >> 1)) {
+            return; /* an old one */
+        }
+
+        vconn->limit     += (uint64_t)delta << vconn->block_shift;
+        vconn->stall_sent = 0;
+        vconn->stall_held = 0;
     }
 
-    vconn->limit     += (uint64_t)delta << vconn->block_shift;
-    vconn->stall_sent = 0;
     if (vconn->peer->backlog != NULL) {
         (void)uct_remapring_peer_replay(vconn->peer);
     }
@@ -1428,10 +1593,13 @@ static void uct_remapring_tx_vconn_established(uct_remapring_vconn_t *vconn,
         ((rep.mode != UCT_REMAPRING_VERBS_MODE_ODP) &&
          (rep.mode != UCT_REMAPRING_VERBS_MODE_PINNED)) ||
         ((rep.mode == UCT_REMAPRING_VERBS_MODE_PINNED) &&
-         (rep.nslots > vconn->iface->rx.nslots))) {
+         (rep.nslots > vconn->iface->rx.nslots)) ||
+        (rep.imm_window < UCT_REMAPRING_VERBS_IMM_WINDOW_MIN) ||
+        (rep.imm_window > UCT_REMAPRING_VERBS_IMM_WINDOW_MAX)) {
         ucs_error("reply of %s is not valid (magic 0x%x version"
-                  " %u mode %u slots %u)",
-                  vconn->name, rep.magic, rep.version, rep.mode, rep.nslots);
+                  " %u mode %u slots %u window %u)",
+                  vconn->name, rep.magic, rep.version, rep.mode, rep.nslots,
+                  rep.imm_window);
         uct_remapring_tx_vconn_fail(vconn, UCS_ERR_INVALID_PARAM,
                                     "its reply is not valid");
         return;
@@ -1832,8 +2000,10 @@ static void uct_remapring_verbs_poll_cq(uct_remapring_iface_t *iface)
                 uct_remapring_vconn_op_done(vconn, wc[i].wr_id, UCS_OK);
                 if (vconn->is_rx && (vconn->ring != NULL) &&
                     (vconn->state == UCT_REMAPRING_VCONN_READY)) {
-                    /* a credit that found the queue full */
+                    /* a credit or an acknowledgement that found the queue
+                     * full */
                     uct_remapring_vconn_send_credit(vconn);
+                    uct_remapring_rx_vconn_ack(vconn);
                 }
             }
         }
@@ -1843,7 +2013,8 @@ static void uct_remapring_verbs_poll_cq(uct_remapring_iface_t *iface)
         uct_remapring_verbs_reap(verbs);
     }
 
-    if (verbs->srq_posted < verbs->srq_size / 2) {
+    if (verbs->srq_posted + UCT_REMAPRING_VERBS_SRQ_REFILL <=
+        verbs->srq_size) {
         uct_remapring_verbs_post_recvs(verbs);
     }
 }
@@ -2352,6 +2523,11 @@ static ucs_status_t uct_remapring_vconn_flush(uct_remapring_vconn_t *vconn,
     struct ibv_send_wr wr = {};
     ucs_status_t status;
 
+    if (vconn->tail_held || vconn->stall_held) {
+        /* records the receiver cannot see before it acknowledges */
+        return UCS_ERR_NO_RESOURCE;
+    }
+
     if ((vconn->ops_count == 0) && (vconn->unsignaled == 0)) {
         return UCS_OK;
     }
@@ -2662,6 +2838,9 @@ ucs_status_t uct_remapring_verbs_limits(const char *name,
     limits->srq_size = uct_remapring_verbs_limit(name, "completions per CQ"
                                                  " left for receive requests",
                                                  limits->srq_size, cqe);
+    limits->srq_max  = ucs_min(ucs_max(limits->srq_size,
+                                       (unsigned)UCT_REMAPRING_VERBS_SRQ_GROW_MAX),
+                               (unsigned)ucs_min(dev->max_srq_wr, cqe));
     if ((limits->sq_size < UCT_REMAPRING_VERBS_SQ_SIZE_MIN) ||
         (limits->srq_size < UCT_REMAPRING_VERBS_SRQ_SIZE_MIN)) {
         ucs_error("%s allows %u send requests per QP and %u receive"
@@ -2786,6 +2965,14 @@ static ucs_status_t uct_remapring_verbs_iface_config_check(
         return UCS_ERR_INVALID_PARAM;
     }
 
+    if ((config->imm_window < UCT_REMAPRING_VERBS_IMM_WINDOW_MIN) ||
+        (config->imm_window > UCT_REMAPRING_VERBS_IMM_WINDOW_MAX)) {
+        ucs_error("UCX_REMAPRDMA_IMM_WINDOW=%u must be between %d and %d",
+                  config->imm_window, UCT_REMAPRING_VERBS_IMM_WINDOW_MIN,
+                  UCT_REMAPRING_VERBS_IMM_WINDOW_MAX);
+        return UCS_ERR_INVALID_PARAM;
+    }
+
     if ((config->max_peers < 1) ||
         (config->max_peers > UCT_REMAPRING_VERBS_MAX_PEERS)) {
         ucs_error("UCX_REMAPRDMA_MAX_PEERS=%u must be between 1 and %d",
@@ -2830,16 +3017,19 @@ uct_remapring_verbs_iface_queues(uct_remapring_verbs_iface_t *verbs)
         return UCS_ERR_IO_ERROR;
     }
 
-    srq_attr.attr.max_wr  = verbs->srq_size;
+    /* room to grow with the connections (uct_remapring_verbs_srq_reserve) */
+    srq_attr.attr.max_wr  = verbs->srq_max;
     srq_attr.attr.max_sge = 1;
     verbs->srq = ibv_create_srq(dev->pd, &srq_attr);
     if (verbs->srq == NULL) {
         ucs_error("ibv_create_srq(%s, %u) failed: %m", dev->name,
-                  verbs->srq_size);
+                  verbs->srq_max);
         return UCS_ERR_IO_ERROR;
     }
 
-    verbs->srq_size = ucs_min(verbs->srq_size, srq_attr.attr.max_wr);
+    verbs->srq_max  = ucs_min(verbs->srq_max, srq_attr.attr.max_wr);
+    verbs->srq_min  = ucs_min(verbs->srq_min, verbs->srq_max);
+    verbs->srq_size = verbs->srq_min;
     uct_remapring_verbs_post_recvs(verbs);
 
     verbs->channel = rdma_create_event_channel();
@@ -2931,6 +3121,11 @@ uct_remapring_verbs_iface_release(uct_remapring_verbs_iface_t *verbs)
     if (verbs->cq != NULL) {
         ibv_destroy_cq(verbs->cq);
     }
+    ucs_debug("%s:%u immediates: %" PRIu64 " times a sender held its tail"
+              " for an acknowledgement, %" PRIu64 " acknowledgements sent;"
+              " %u receive requests posted at most",
+              verbs->dev->name, verbs->port_num, verbs->imm_stats.held,
+              verbs->imm_stats.acks, verbs->srq_size);
     if (verbs->pinned_stats.regs > 0) {
         ucs_debug("%s:%u pinned: %" PRIu64 " blocks registered for a slot,"
                   " %" PRIu64 " kept, %" PRIu64 " revoked while held",
@@ -3062,6 +3257,10 @@ static UCS_CLASS_INIT_FUNC(uct_remapring_verbs_iface_t, uct_md_h md,
     self->limits          = limits;
     self->sq_size         = limits.sq_size;
     self->srq_size        = limits.srq_size;
+    self->srq_min         = limits.srq_size;
+    self->srq_max         = limits.srq_max;
+    self->srq_short       = 0;
+    self->imm_window      = config->imm_window;
     self->sig_every       = ucs_max(self->sq_size / 8, 1u);
     self->timeout         = config->timeout;
     self->max_peers       = config->max_peers;
@@ -3087,6 +3286,7 @@ static UCS_CLASS_INIT_FUNC(uct_remapring_verbs_iface_t, uct_md_h md,
     self->block_mrs   = NULL;
     self->nblocks     = 0;
     memset(&self->pinned_stats, 0, sizeof(self->pinned_stats));
+    memset(&self->imm_stats, 0, sizeof(self->imm_stats));
     ucs_list_head_init(&self->rx_conns);
     ucs_list_head_init(&self->rx_active);
     ucs_list_head_init(&self->zombies);
