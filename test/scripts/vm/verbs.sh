@@ -190,18 +190,22 @@ if [ "$where" = pair ]; then
     fi
 fi
 
-# memuse TL: the memory of an ucx_perftest server and client connected
-# over TL (am_lat, one connection), sampled while they run, then stopped:
-# resident and pinned (VmPin: registrations without ODP) kilobytes
+# memuse TL [TEST ARGS...]: the memory of an ucx_perftest server and
+# client connected over TL (TEST, am_lat by default, one connection),
+# sampled while they run, then stopped: resident and pinned (VmPin:
+# registrations without ODP) kilobytes; the client's pinned ones also in
+# $pinned_kib
 memuse() {
-    local tl=$1 p=$port spid cpid f pid
+    local tl=$1 p=$port spid cpid f pid test=(-t am_lat)
+    shift
+    [ $# -eq 0 ] || test=("$@")
     port=$((port + 1))
-    timeout 60 "${rr[@]}" ucx_perftest -t am_lat -x "$tl" -d rxe0:1 -p "$p" \
-        -n 100000000 > /dev/null 2>&1 &
+    timeout 60 "${rr[@]}" ucx_perftest "${test[@]}" -x "$tl" -d rxe0:1 \
+        -p "$p" -n 100000000 > /dev/null 2>&1 &
     spid=$!
     vm_wait_listen - "$p" 30
-    timeout 60 "${rr[@]}" ucx_perftest -t am_lat -x "$tl" -d rxe0:1 -p "$p" \
-        -n 100000000 "$VM_IP" > /dev/null 2>&1 &
+    timeout 60 "${rr[@]}" ucx_perftest "${test[@]}" -x "$tl" -d rxe0:1 \
+        -p "$p" -n 100000000 "$VM_IP" > /dev/null 2>&1 &
     cpid=$!
     sleep 3
     for f in server:$spid client:$cpid; do
@@ -210,10 +214,11 @@ memuse() {
             bad "memory of the $tl ${f%%:*}: it is not running"
             continue
         fi
-        awk -v w="${f%%:*}" -v t="$tl" '
+        awk -v w="${f%%:*}" -v t="$tl ${test[1]}" '
             /^VmRSS|^VmPin/ { v[$1] = $2 }
-            END { printf "   memory %-9s %s: rss %6d KiB, pinned %6d KiB\n",
+            END { printf "   memory %-16s %s: rss %6d KiB, pinned %6d KiB\n",
                          t, w, v["VmRSS:"], v["VmPin:"] }' "/proc/$pid/status"
+        pinned_kib=$(awk '/^VmPin/ { print $2 }' "/proc/$pid/status")
     done
     kill "$cpid" "$spid" 2>/dev/null
     wait "$spid" "$cpid" 2>/dev/null
@@ -347,8 +352,22 @@ stale_read() {
 if [ "$where" = one ]; then
     killed
     vm_note "memory of one connection, remaprdma and rc_verbs"
+    # a sender's staging starts at 2 blocks (256 KiB) and grows to what it
+    # keeps in flight: a latency test keeps the least, a stream of 64 KiB
+    # messages grows it (to 1 MiB, pinned, besides its slot table)
     memuse remaprdma
+    lat_kib=$pinned_kib
+    memuse remaprdma -t am_bw -D bcopy -s 65536
+    bw_kib=$pinned_kib
     memuse rc_verbs
+    # (pinned mode adds the blocks behind the client's own ring, the same
+    # in both: the staging's growth is the difference, 768 KiB)
+    if [ -n "$lat_kib" ] && [ -n "$bw_kib" ] &&
+       [ $((bw_kib - lat_kib)) -ge 512 ]; then
+        check "staging follows what is in flight: $lat_kib KiB pinned for am_lat, $bw_kib KiB for am_bw"
+    else
+        bad "staging: ${lat_kib:-?} KiB pinned for am_lat, ${bw_kib:-?} KiB for am_bw (512 more expected)"
+    fi
 fi
 
 if [ -n "$apps" ] && [ "$where" = one ]; then
@@ -520,7 +539,7 @@ if [ "$where" = pair ] && [ -n "$apps" ]; then
     # records are not on pages: a window of the ring holds thousands
     "${rr[@]}" UCX_TLS=remaprdma,self UCX_REMAPRDMA_SRQ_SIZE=64 \
         UCX_REMAPRDMA_MODE=pinned UCX_LOG_LEVEL=debug UCX_LOG_FILE=stderr \
-        UCX_LOG_FILE_FILTER='*/remapring_verbs_iface.c' timeout 300 \
+        UCX_LOG_FILE_FILTER='*/remapring_verbs_iface.c' timeout -s SEGV 300 \
         "$apps/ucp_hold" -n 40000 -s 9 -M 64 -m 0 -p 0 -T am -P 200 -E 8000 \
         "${hold[@]}" > /tmp/pause 2>&1
     st=$?
@@ -528,6 +547,8 @@ if [ "$where" = pair ] && [ -n "$apps" ]; then
     rnr_rcvd1=${counters% *} rnr_sent1=${counters#* }
     grep -v 'UCX  ' /tmp/pause | tail -4 | sed 's/^/   /'
     grep ' immediates: ' /tmp/pause | sed 's/^.*UCX  /   /'
+    # a run that did not end: killed with SEGV, UCX printed where it was
+    [ $st -eq 0 ] || tail -40 /tmp/pause | cut -c1-200 | sed 's/^/   | /'
     held=$(sed -n 's/.* immediates: \([0-9]*\) times a sender held.*/\1/p' \
                /tmp/pause | sort -n | tail -1)
     echo "   rxe0: RNR NAKs received $((rnr_rcvd1 - rnr_rcvd0))," \

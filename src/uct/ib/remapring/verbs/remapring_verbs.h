@@ -365,6 +365,9 @@ struct uct_remapring_vconn {
     uint64_t                   staging_head, staging_tail;
     uint64_t                   staging_signaled; /* staging_end of the last
                                                     signaled request */
+    uint64_t                   staging_posted; /* staging_end of the last
+                                                  request posted */
+    int                        staging_grow; /* a send found it full */
     uct_remapring_verbs_slot_t *table;    /* pinned: written by the receiver */
     struct ibv_mr              *table_mr;
     uint64_t                   limit;     /* credit, from the receiver */
@@ -425,7 +428,8 @@ typedef struct uct_remapring_verbs_iface {
     int                        srq_short; /* said it cannot bound them */
     unsigned                   sq_size;
     unsigned                   sig_every;
-    size_t                     staging_size;
+    size_t                     staging_size; /* a connection's, at most */
+    size_t                     staging_min;  /* and at first */
     uint8_t                    timeout;  /* QP ACK timeout exponent */
     uint8_t                    rnr_code; /* QP RNR NAK timer, IB's code */
     uct_remapring_verbs_limits_t limits;

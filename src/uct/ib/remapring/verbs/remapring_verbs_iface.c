@@ -121,8 +121,9 @@ static ucs_config_field_t uct_remapring_verbs_iface_config_table[] = {
 
     {"STAGING", "auto",
      "Registered buffer a sender copies each record into before the device\n"
-     "writes it, per connection. auto: RING_SLOTS * BLOCK_SIZE; at least\n"
-     "2 * BLOCK_SIZE.",
+     "writes it, per connection, at most: it starts at 2 * BLOCK_SIZE and\n"
+     "doubles, once its requests completed, when a send found it full.\n"
+     "auto: RING_SLOTS * BLOCK_SIZE; at least 2 * BLOCK_SIZE.",
      ucs_offsetof(uct_remapring_verbs_iface_config_t, staging),
      UCS_CONFIG_TYPE_MEMUNITS},
 
@@ -186,6 +187,9 @@ static ucs_config_field_t uct_remapring_verbs_iface_config_table[] = {
 
 static ucs_status_t uct_remapring_vconn_send_credit(uct_remapring_vconn_t *vconn);
 static void uct_remapring_tx_vconn_release_tail(uct_remapring_vconn_t *vconn);
+static void uct_remapring_vconn_remote(const uct_remapring_vconn_t *vconn,
+                                       uint64_t offset, uint64_t *addr_p,
+                                       uint32_t *rkey_p);
 static void uct_remapring_verbs_poll_cq(uct_remapring_iface_t *iface);
 
 
@@ -261,6 +265,9 @@ uct_remapring_vconn_post(uct_remapring_vconn_t *vconn,
     }
 
     --vconn->sq_avail;
+    if (staging_end > vconn->staging_posted) {
+        vconn->staging_posted = staging_end;
+    }
     if (signal) {
         ++vconn->ops_count;
         vconn->unsignaled = 0;
@@ -277,22 +284,113 @@ uct_remapring_vconn_post(uct_remapring_vconn_t *vconn,
     return UCS_OK;
 }
 
+/* A staging buffer of @a size bytes, registered, in place of the one of
+ * @a vconn, whose requests all completed; the old one stays on failure */
+static ucs_status_t uct_remapring_vconn_staging_resize(uct_remapring_vconn_t *vconn,
+                                                       size_t size)
+{
+    uct_remapring_verbs_iface_t *verbs = uct_remapring_verbs(vconn->iface);
+    struct ibv_mr *mr;
+    char *buf;
+
+    buf = mmap(NULL, size, PROT_READ | PROT_WRITE,
+               MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (buf == MAP_FAILED) {
+        ucs_diag("no staging of %zu bytes for %s: %m", size, vconn->name);
+        return UCS_ERR_NO_MEMORY;
+    }
+
+    mr = ibv_reg_mr(verbs->dev->pd, buf, size, IBV_ACCESS_LOCAL_WRITE);
+    if (mr == NULL) {
+        ucs_diag("registration of %zu bytes of staging for %s failed: %m",
+                 size, vconn->name);
+        munmap(buf, size);
+        return UCS_ERR_IO_ERROR;
+    }
+
+    if (vconn->staging != NULL) {
+        ibv_dereg_mr(vconn->staging_mr);
+        munmap(vconn->staging, vconn->staging_size);
+    }
+
+    ucs_debug("staging of %s: %zu KiB", vconn->name, size >> 10);
+    vconn->staging          = buf;
+    vconn->staging_mr       = mr;
+    vconn->staging_size     = size;
+    vconn->staging_head     = 0;
+    vconn->staging_tail     = 0;
+    vconn->staging_signaled = 0;
+    vconn->staging_posted   = 0;
+    vconn->staging_grow     = 0;
+    return UCS_OK;
+}
+
+/* A send found the staging full (staging_grow): it doubles, up to
+ * UCX_REMAPRDMA_STAGING, once every request that reads it completed; no new
+ * send takes it until then. Called where no part of a send holds some of
+ * it yet */
+/* Requests posted unsignaled after the last signaled one, which no
+ * completion would report while nothing else is sent: an empty signaled
+ * write after them, whose completion gives them back */
+static void uct_remapring_vconn_staging_signal(uct_remapring_vconn_t *vconn)
+{
+    struct ibv_send_wr wr = {};
+
+    if ((vconn->ops_count == 0) && (vconn->unsignaled > 0) &&
+        (vconn->sq_avail > 0)) {
+        wr.opcode = IBV_WR_RDMA_WRITE;
+        uct_remapring_vconn_remote(vconn, vconn->tail,
+                                   &wr.wr.rdma.remote_addr, &wr.wr.rdma.rkey);
+        (void)uct_remapring_vconn_post(vconn, &wr, 1, vconn->staging_posted,
+                                       NULL, NULL);
+    }
+}
+
+static void uct_remapring_vconn_staging_grow(uct_remapring_vconn_t *vconn)
+{
+    if (vconn->pending.valid || (vconn->ops_count > 0)) {
+        return; /* again when they completed */
+    }
+
+    if (vconn->unsignaled > 0) {
+        uct_remapring_vconn_staging_signal(vconn);
+        return;
+    }
+
+    (void)uct_remapring_vconn_staging_resize(vconn, 2 * vconn->staging_size);
+    vconn->staging_grow = 0; /* grown, or stays as it is: tried */
+}
+
 /* @a length bytes of staging buffer, 64-byte aligned, or NULL if the
  * requests that read it have not completed yet */
 static void *uct_remapring_vconn_staging(uct_remapring_vconn_t *vconn,
                                          size_t length, uint64_t *pos_p)
 {
-    uint64_t head = vconn->staging_head;
-    size_t offset = head & (vconn->staging_size - 1);
+    uint64_t head;
+    size_t offset;
 
     length = ucs_align_up_pow2(ucs_max(length, (size_t)1),
                                UCT_REMAPRING_VERBS_STAGING_ALIGN);
+    if (ucs_unlikely(vconn->staging_grow)) {
+        uct_remapring_vconn_staging_grow(vconn);
+        if (vconn->staging_grow) {
+            return NULL; /* until its requests completed */
+        }
+    }
+
+    head   = vconn->staging_head;
+    offset = head & (vconn->staging_size - 1);
     if (offset + length > vconn->staging_size) {
         head += vconn->staging_size - offset; /* never across the end */
     }
 
     if ((length > vconn->staging_size) ||
         (head + length - vconn->staging_tail > vconn->staging_size)) {
+        vconn->staging_grow = (vconn->staging_size <
+                               uct_remapring_verbs(vconn->iface)->staging_size);
+        if (vconn->staging_grow) {
+            uct_remapring_vconn_staging_signal(vconn);
+        }
         return NULL;
     }
 
@@ -323,8 +421,11 @@ uct_remapring_verbs_peer_can_post(uct_remapring_peer_t *peer, size_t length)
 
     /* a held tail waits for the receiver's acknowledgement: what comes
      * after it too (the flush, the next send) */
+    /* a staging buffer that grows waits for its requests first */
     return (vconn->state == UCT_REMAPRING_VCONN_READY) &&
            !vconn->tail_held && !vconn->stall_held &&
+           (!vconn->staging_grow ||
+            ((vconn->ops_count == 0) && (vconn->unsignaled == 0))) &&
            (vconn->sq_avail >= 3) &&
            (ucs_min(needed, vconn->staging_size) <=
             vconn->staging_size - (vconn->staging_head - vconn->staging_tail));
@@ -366,6 +467,11 @@ static void uct_remapring_vconn_op_done(uct_remapring_vconn_t *vconn,
 
     if (op->comp != NULL) {
         uct_invoke_completion(op->comp, status);
+    }
+
+    /* a staging buffer that wants to grow, now that nothing reads it */
+    if (ucs_unlikely(vconn->staging_grow)) {
+        uct_remapring_vconn_staging_grow(vconn);
     }
 
     /* a held tail that had its acknowledgement but no request then */
@@ -1785,20 +1891,14 @@ uct_remapring_verbs_peer_create(uct_remapring_iface_t *iface,
     vconn->iface        = iface;
     vconn->peer         = peer;
     vconn->state        = UCT_REMAPRING_VCONN_RESOLVING;
-    vconn->staging_size = verbs->staging_size;
     ucs_sockaddr_str((struct sockaddr *)&dst, vconn->name, sizeof(vconn->name));
     ucs_strncpy_zero(peer->name, vconn->name, sizeof(peer->name));
     vpeer->vconn    = vconn;
     vpeer->iface_id = addr->iface_id;
 
-    vconn->staging = mmap(NULL, vconn->staging_size, PROT_READ | PROT_WRITE,
-                          MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-    if (vconn->staging == MAP_FAILED) {
-        vconn->staging = NULL;
-        ucs_error("failed to allocate %zu bytes of staging for"
-                  " %s: %m",
-                  vconn->staging_size, vconn->name);
-        status = UCS_ERR_NO_MEMORY;
+    /* the least staging: it grows with what is in flight */
+    status = uct_remapring_vconn_staging_resize(vconn, verbs->staging_min);
+    if (status != UCS_OK) {
         goto err;
     }
 
@@ -1810,16 +1910,12 @@ uct_remapring_verbs_peer_create(uct_remapring_iface_t *iface,
         goto err;
     }
 
-    vconn->staging_mr = ibv_reg_mr(verbs->dev->pd, vconn->staging,
-                                   vconn->staging_size,
-                                   IBV_ACCESS_LOCAL_WRITE);
     vconn->table_mr   = ibv_reg_mr(verbs->dev->pd, vconn->table,
                                    iface->rx.nslots * sizeof(*vconn->table),
                                    IBV_ACCESS_LOCAL_WRITE |
                                    IBV_ACCESS_REMOTE_WRITE);
-    if ((vconn->staging_mr == NULL) || (vconn->table_mr == NULL)) {
-        ucs_error("registration of the staging buffer for %s"
-                  " failed: %m",
+    if (vconn->table_mr == NULL) {
+        ucs_error("registration of the slot table for %s failed: %m",
                   vconn->name);
         status = UCS_ERR_IO_ERROR;
         goto err;
@@ -3273,6 +3369,9 @@ static UCS_CLASS_INIT_FUNC(uct_remapring_verbs_iface_t, uct_md_h md,
                (config->staging == UCS_MEMUNITS_AUTO) ?
                        config->super.block_size * config->super.ring_slots :
                        config->staging);
+    self->staging_min     = ucs_min(self->staging_size,
+                                    ucs_roundup_pow2(2 *
+                                                     config->super.block_size));
     self->cq          = NULL;
     self->srq         = NULL;
     self->srq_posted  = 0;
