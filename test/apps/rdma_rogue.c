@@ -78,7 +78,7 @@ typedef struct {
 
 typedef struct {
     uint32_t magic;
-    int32_t  status;
+    int32_t status;
 } __attribute__((packed)) wire_rej_t;
 
 typedef struct {
@@ -89,14 +89,14 @@ typedef struct {
 
 typedef struct {
     struct rdma_cm_id *id;
-    struct ibv_pd     *pd;
-    struct ibv_cq     *cq;
-    wire_slot_t       *table;
-    struct ibv_mr     *table_mr;
-    wire_rep_t        rep;
-    int               state; /* 0 connecting, 1 up, -1 refused or failed */
-    int               rej_status; /* the receiver's, 0 if none */
-    int               cm_status;  /* the connection manager's */
+    struct ibv_pd *pd;
+    struct ibv_cq *cq;
+    wire_slot_t *table;
+    struct ibv_mr *table_mr;
+    wire_rep_t rep;
+    int state; /* 0 connecting, 1 up, -1 refused or failed */
+    int rej_status; /* the receiver's, 0 if none */
+    int cm_status; /* the connection manager's */
 } conn_t;
 
 static struct rdma_event_channel *channel;
@@ -153,9 +153,9 @@ static int conn_request(conn_t *c)
     wire_req_t req;
     int i;
 
-    c->pd = ibv_alloc_pd(c->id->verbs);
-    c->cq = (c->pd == NULL) ? NULL :
-                              ibv_create_cq(c->id->verbs, 64, NULL, NULL, 0);
+    c->pd    = ibv_alloc_pd(c->id->verbs);
+    c->cq    = (c->pd == NULL) ? NULL :
+                                 ibv_create_cq(c->id->verbs, 64, NULL, NULL, 0);
     c->table = calloc(TABLE_SLOTS, sizeof(*c->table));
     if ((c->cq == NULL) || (c->table == NULL)) {
         fprintf(stderr, "rdma_rogue: no PD, CQ or table\n");
@@ -221,7 +221,7 @@ static int conns_open(conn_t *conns, int n)
     for (i = 0; i < n; ++i) {
         memset(&conns[i], 0, sizeof(conns[i]));
         if (rdma_create_id(channel, &conns[i].id, NULL, RDMA_PS_TCP) ||
-            rdma_resolve_addr(conns[i].id, NULL, (struct sockaddr*)&dst,
+            rdma_resolve_addr(conns[i].id, NULL, (struct sockaddr *)&dst,
                               5000)) {
             perror("rdma_rogue: rdma_create_id or rdma_resolve_addr");
             return -1;
@@ -254,8 +254,7 @@ static int conns_open(conn_t *conns, int n)
             break;
         case RDMA_CM_EVENT_ESTABLISHED:
             if (event->param.conn.private_data_len >= sizeof(c->rep)) {
-                memcpy(&c->rep, event->param.conn.private_data,
-                       sizeof(c->rep));
+                memcpy(&c->rep, event->param.conn.private_data, sizeof(c->rep));
             }
             c->state = 1;
             --open;
@@ -339,17 +338,17 @@ static int rogue_write(conn_t *c, struct ibv_mr *mr, size_t length,
     struct ibv_sge sge;
     struct ibv_wc wc;
 
-    sge.addr                = (uintptr_t)mr->addr;
-    sge.length              = length;
-    sge.lkey                = mr->lkey;
+    sge.addr   = (uintptr_t)mr->addr;
+    sge.length = length;
+    sge.lkey   = mr->lkey;
     memset(&wr, 0, sizeof(wr));
-    wr.wr_id                = 1; /* the receives' are 0 */
-    wr.opcode               = IBV_WR_RDMA_WRITE;
-    wr.send_flags           = IBV_SEND_SIGNALED;
-    wr.sg_list              = &sge;
-    wr.num_sge              = 1;
-    wr.wr.rdma.remote_addr  = addr;
-    wr.wr.rdma.rkey         = rkey;
+    wr.wr_id               = 1; /* the receives' are 0 */
+    wr.opcode              = IBV_WR_RDMA_WRITE;
+    wr.send_flags          = IBV_SEND_SIGNALED;
+    wr.sg_list             = &sge;
+    wr.num_sge             = 1;
+    wr.wr.rdma.remote_addr = addr;
+    wr.wr.rdma.rkey        = rkey;
     if (ibv_post_send(c->id->qp, &wr, &bad)) {
         perror("rdma_rogue: ibv_post_send");
         return -1;
@@ -365,8 +364,8 @@ static int rogue_write(conn_t *c, struct ibv_mr *mr, size_t length,
 
 /* Whether [addr, addr + length) touches a block behind one of the first
  * @a credited slots of @a c */
-static int own_block(const conn_t *c, unsigned credited, uint64_t addr,
-                     size_t length)
+static int
+own_block(const conn_t *c, unsigned credited, uint64_t addr, size_t length)
 {
     uint64_t block = c->rep.block_size;
     unsigned i;
@@ -396,8 +395,10 @@ static int attack(int target, const char *what)
     conn_t c;
 
     if ((conns_open(&c, 1) != 0) || (c.state != 1)) {
-        fprintf(stderr, "rdma_rogue: the interface did not accept (status"
-                " %d, reject reason %d)\n", c.rej_status, c.cm_status);
+        fprintf(stderr,
+                "rdma_rogue: the interface did not accept (status"
+                " %d, reject reason %d)\n",
+                c.rej_status, c.cm_status);
         goto out;
     }
 
@@ -444,9 +445,10 @@ static int attack(int target, const char *what)
     base = c.table[0].addr;
     st   = rogue_write(&c, mr, 64, base, c.table[0].rkey);
     if (st != IBV_WC_SUCCESS) {
-        fprintf(stderr, "rdma_rogue: a write into its own block failed:"
-                " %s\n", st < 0 ? "no completion" :
-                                  ibv_wc_status_str(st));
+        fprintf(stderr,
+                "rdma_rogue: a write into its own block failed:"
+                " %s\n",
+                st < 0 ? "no completion" : ibv_wc_status_str(st));
         goto out;
     }
 
@@ -457,8 +459,7 @@ static int attack(int target, const char *what)
         break;
     default: /* the nearest block above (1) or below (2) none of its own */
         for (k = 1; k < 64; ++k) {
-            addr = base + (target == 1 ? k : -k) *
-                                  (int64_t)c.rep.block_size;
+            addr = base + (target == 1 ? k : -k) * (int64_t)c.rep.block_size;
             if (!own_block(&c, credited, addr, length)) {
                 break;
             }
@@ -467,8 +468,8 @@ static int attack(int target, const char *what)
     }
 
     st = rogue_write(&c, mr, length, addr, c.table[0].rkey);
-    printf("%s: %zu bytes at 0x%" PRIx64 " (its block 0x%" PRIx64
-           "): %s\n", what, length, addr, base,
+    printf("%s: %zu bytes at 0x%" PRIx64 " (its block 0x%" PRIx64 "): %s\n",
+           what, length, addr, base,
            st < 0 ? "no completion" : ibv_wc_status_str(st));
     ret = (st == IBV_WC_REM_ACCESS_ERR) ? 0 : 1;
 
@@ -482,8 +483,10 @@ out:
 
 static void usage(const char *prog)
 {
-    fprintf(stderr, "usage: %s -a ADDR -p PORT -i IFACE_ID [-n CONNS]"
-            " [-t SECONDS]\n", prog);
+    fprintf(stderr,
+            "usage: %s -a ADDR -p PORT -i IFACE_ID [-n CONNS]"
+            " [-t SECONDS]\n",
+            prog);
 }
 
 int main(int argc, char **argv)
@@ -497,16 +500,27 @@ int main(int argc, char **argv)
 
     while ((c = getopt(argc, argv, "a:p:i:n:t:h")) != -1) {
         switch (c) {
-        case 'a': host     = optarg; break;
-        case 'p': port     = optarg; break;
-        case 'i': iface_id = strtoull(optarg, NULL, 16); break;
-        case 'n': nconns   = atoi(optarg); break;
-        case 't': wait_sec = atof(optarg); break;
-        default:  usage(argv[0]); return 2;
+        case 'a':
+            host = optarg;
+            break;
+        case 'p':
+            port = optarg;
+            break;
+        case 'i':
+            iface_id = strtoull(optarg, NULL, 16);
+            break;
+        case 'n':
+            nconns = atoi(optarg);
+            break;
+        case 't':
+            wait_sec = atof(optarg);
+            break;
+        default:
+            usage(argv[0]);
+            return 2;
         }
     }
-    if ((host == NULL) || (port == NULL) || (iface_id == 0) ||
-        (nconns < 0)) {
+    if ((host == NULL) || (port == NULL) || (iface_id == 0) || (nconns < 0)) {
         usage(argv[0]);
         return 2;
     }
