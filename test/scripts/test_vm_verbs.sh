@@ -28,7 +28,7 @@
 #           and MPICH, one rank on each guest, over remapring,self
 #   pinned  one guest, Debian 12's 6.1 kernel (no ODP): pinned mode, the
 #           same as odp, and a hostile sender (test/apps/rdma_rogue.c)
-#           writing outside its ring beside ucp_hold's, MAX_PEERS
+#           writing outside its ring beside ucp_hold's, MAX_CONNS
 #   pinned-pair  two guests on the 6.1 kernel
 # Skipped, with the reason, where the bed cannot be set up or qemu cannot
 # boot. VM_VERBS_PARTS (default "odp pair pinned pinned-pair") selects the

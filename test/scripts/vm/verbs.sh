@@ -39,7 +39,7 @@
 #   pinned, one guest, with APPS: a hostile sender (rdma_rogue) beside
 #   ucp_hold's: its writes outside the block behind its slot 0 fail with a
 #   remote access error, ucp_hold loses and corrupts nothing; with
-#   MAX_PEERS 3, connections past it are refused, with a log line
+#   MAX_CONNS 3, connections past it are refused, with a log line
 #   pair, with APPS: small messages to a receiver that pauses its progress
 #   for 50-200 ms at random (ucp_hold -P): nothing lost, no RNR NAK sent
 #   by the receiver (its senders hold their tails past IMM_WINDOW), no two
@@ -433,11 +433,11 @@ if [ -n "$apps" ] && [ "$where" = one ]; then
     # rdma-core alone, as any host on the fabric could) while ucp_hold's
     # sender streams with holds: each write outside must fail with a
     # remote access error, every message of the other sender and every
-    # held one stays intact; then more connections than MAX_PEERS allows
+    # held one stays intact; then more connections than MAX_CONNS allows
     if [ "$mode" = pinned ]; then
         vm_note "a hostile sender beside ucp_hold (pinned mode)"
         "${rr[@]}" UCX_TLS=remaprdma,self UCX_LOG_LEVEL=info \
-            UCX_LOG_FILE=stderr UCX_REMAPRDMA_MAX_PEERS=3 timeout 300 \
+            UCX_LOG_FILE=stderr UCX_REMAPRDMA_MAX_CONNS=3 timeout 300 \
             "$apps/ucp_hold" -n 60000 -s 13 -M 65536 -p 50 -t 100000 \
             -H 256 -T am > /tmp/rogue-hold 2>&1 &
         hold_pid=$!
@@ -459,7 +459,7 @@ if [ -n "$apps" ] && [ "$where" = one ]; then
             [ $st -eq 0 ] && attacks=$((attacks + 1)) ||
                 bad "a hostile sender against $addr: status $st"
         done < /tmp/rogue-ifaces
-        # MAX_PEERS 3: ucp_hold's own connection and the rogue's (the
+        # MAX_CONNS 3: ucp_hold's own connection and the rogue's (the
         # attacks' may still be closing), the rest refused with
         # UCS_ERR_EXCEEDS_LIMIT (-21)
         read -r addr id < /tmp/rogue-ifaces
@@ -480,11 +480,11 @@ if [ -n "$apps" ] && [ "$where" = one ]; then
             check "a hostile sender: every write outside its ring failed (remote access error), ucp_hold's messages and held ones intact"
         fi
         if grep -q '^refused: status -21' /tmp/rogue-n &&
-           grep -q 'refused: .* connections (UCX_REMAPRDMA_MAX_PEERS)' \
+           grep -q 'refused: .* connections (UCX_REMAPRDMA_MAX_CONNS)' \
                /tmp/rogue-hold; then
-            check "MAX_PEERS: connections past it refused, with a log line"
+            check "MAX_CONNS: connections past it refused, with a log line"
         else
-            bad "MAX_PEERS: no connection refused past it, or no log line"
+            bad "MAX_CONNS: no connection refused past it, or no log line"
         fi
     fi
 

@@ -133,7 +133,7 @@ typedef struct uct_remapring_verbs_iface_config {
     unsigned timeout;
     double rnr_timer;   /* seconds */
     size_t max_inline;  /* UCS_MEMUNITS_AUTO: UCT_REMAPRING_VERBS_MAX_INLINE_AUTO */
-    unsigned max_peers; /* connections an interface accepts */
+    unsigned max_conns; /* connections an interface accepts */
     unsigned imm_window; /* a sender's immediates in flight, at most */
 } uct_remapring_verbs_iface_config_t;
 
@@ -446,7 +446,7 @@ typedef struct uct_remapring_verbs_iface {
     ucs_list_link_t            zombies;  /* QPs destroyed, CQ not drained */
     size_t                     pool_block_size;
     unsigned                   nrx;      /* receiving connections */
-    unsigned                   max_peers; /* of them, at most */
+    unsigned                   max_conns; /* of them, at most */
     unsigned                   cm_calls; /* progress calls since CM poll */
     unsigned check_calls; /* since the pool's upkeep */
     /* pinned: per pool block, the registration that covers it (a slot's

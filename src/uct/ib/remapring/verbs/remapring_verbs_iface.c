@@ -61,7 +61,7 @@
 #define UCT_REMAPRING_VERBS_SRQ_SIZE_MIN 64
 #define UCT_REMAPRING_VERBS_SRQ_SIZE_MAX 65536
 #define UCT_REMAPRING_VERBS_TIMEOUT_MAX  31
-#define UCT_REMAPRING_VERBS_MAX_PEERS    65536
+#define UCT_REMAPRING_VERBS_MAX_CONNS    65536
 #define UCT_REMAPRING_VERBS_IMM_WINDOW_MIN 2
 #define UCT_REMAPRING_VERBS_IMM_WINDOW_MAX 4096
 /* what an SRQ grows to, at most, unless SRQ_SIZE asks more */
@@ -161,13 +161,14 @@ static ucs_config_field_t uct_remapring_verbs_iface_config_table[] = {
      ucs_offsetof(uct_remapring_verbs_iface_config_t, imm_window),
      UCS_CONFIG_TYPE_UINT},
 
-    {"MAX_PEERS", "1024",
-     "Connections one interface accepts: any host that reaches its port\n"
+    {"MAX_CONNS", "1024",
+     "Connections one interface accepts (the shared-memory transport's\n"
+     "bound is UCX_REMAPRING_MAX_PEERS): any host that reaches its port\n"
      "can ask for one, and each takes a ring (RING_SLOTS * BLOCK_SIZE of the\n"
      "pool, which POOL_MAX bounds) and a QP. One more is refused, with a\n"
      "line in the log. Between 1 and "
-     UCS_PP_MAKE_STRING(UCT_REMAPRING_VERBS_MAX_PEERS) ".",
-     ucs_offsetof(uct_remapring_verbs_iface_config_t, max_peers),
+     UCS_PP_MAKE_STRING(UCT_REMAPRING_VERBS_MAX_CONNS) ".",
+     ucs_offsetof(uct_remapring_verbs_iface_config_t, max_conns),
      UCS_CONFIG_TYPE_UINT},
 
     {"MAX_INLINE", "auto",
@@ -1471,9 +1472,9 @@ static void uct_remapring_verbs_accept(uct_remapring_iface_t *iface,
         return;
     }
 
-    if (verbs->nrx >= verbs->max_peers) {
+    if (verbs->nrx >= verbs->max_conns) {
         ucs_error("connection request from %s refused: %s:%u has %u"
-                  " connections (UCX_REMAPRDMA_MAX_PEERS)",
+                  " connections (UCX_REMAPRDMA_MAX_CONNS)",
                   name, verbs->dev->name, verbs->port_num, verbs->nrx);
         uct_remapring_verbs_reject(id, UCS_ERR_EXCEEDS_LIMIT);
         return;
@@ -3069,10 +3070,10 @@ static ucs_status_t uct_remapring_verbs_iface_config_check(
         return UCS_ERR_INVALID_PARAM;
     }
 
-    if ((config->max_peers < 1) ||
-        (config->max_peers > UCT_REMAPRING_VERBS_MAX_PEERS)) {
-        ucs_error("UCX_REMAPRDMA_MAX_PEERS=%u must be between 1 and %d",
-                  config->max_peers, UCT_REMAPRING_VERBS_MAX_PEERS);
+    if ((config->max_conns < 1) ||
+        (config->max_conns > UCT_REMAPRING_VERBS_MAX_CONNS)) {
+        ucs_error("UCX_REMAPRDMA_MAX_CONNS=%u must be between 1 and %d",
+                  config->max_conns, UCT_REMAPRING_VERBS_MAX_CONNS);
         return UCS_ERR_INVALID_PARAM;
     }
 
@@ -3177,7 +3178,7 @@ uct_remapring_verbs_iface_listen(uct_remapring_verbs_iface_t *verbs)
                      (verbs->mode == UCT_REMAPRING_VERBS_MODE_PINNED) ?
                      ", each block registered for its sender alone" :
                      "",
-             verbs->max_peers,
+             verbs->max_conns,
              ((size_t)verbs->super.rx.nslots * verbs->pool_block_size) >> 10,
              verbs->sq_size, verbs->srq_size, verbs->limits.send_sge,
              verbs->limits.read_sge, verbs->limits.max_msg, verbs->max_inline,
@@ -3359,7 +3360,7 @@ static UCS_CLASS_INIT_FUNC(uct_remapring_verbs_iface_t, uct_md_h md,
     self->imm_window      = config->imm_window;
     self->sig_every       = ucs_max(self->sq_size / 8, 1u);
     self->timeout         = config->timeout;
-    self->max_peers       = config->max_peers;
+    self->max_conns       = config->max_conns;
     self->rnr_code        = uct_remapring_verbs_rnr_code(config->rnr_timer);
     self->max_inline      = (config->max_inline == UCS_MEMUNITS_AUTO) ?
                                     UCT_REMAPRING_VERBS_MAX_INLINE_AUTO :
