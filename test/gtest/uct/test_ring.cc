@@ -851,6 +851,85 @@ TEST_F(test_ring, pool_total_used)
     EXPECT_EQ(before, remapring_pool_blocks_in_use(NULL));
 }
 
+/* A quiet ring gives back the pages of a block behind one of its slots but
+ * those its held records touch (remapring_pool_block_punch); the pool's free
+ * blocks past the first few of its free list are given back once, and a
+ * block taken again is whole again (remapring_pool_trim_free) */
+TEST(test_ring_pool, punch_attached_and_trim_free)
+{
+    remapring_pool_params_t params;
+    remapring_pool_t *pool;
+    uint32_t attached, freed[4];
+    struct stat st;
+
+    remapring_pool_params_default(&params);
+    params.block_size  = 64 * 1024;
+    params.init_blocks = 8;
+    params.fold_pages  = 0;
+    ASSERT_EQ(UCS_OK, remapring_pool_create(&params, &pool));
+    const off_t ppage = sysconf(_SC_PAGESIZE) / 512; /* st_blocks per page */
+    ASSERT_EQ(16u, pool->pages_per_block) << "4 KiB pages assumed";
+
+    ASSERT_EQ(UCS_OK, remapring_pool_block_get(pool, &attached));
+    memset(remapring_pool_block_addr(pool, attached), 0x5a,
+           params.block_size);
+    remapring_pool_block_hold(pool, attached, 100, 200); /* page 0 */
+    ASSERT_EQ(0, fstat(pool->fd, &st));
+    EXPECT_EQ(16 * ppage, st.st_blocks);
+
+    /* the held page stays, with its bytes; the others come back zeroed */
+    EXPECT_EQ(15u, remapring_pool_block_punch(pool, attached));
+    ASSERT_EQ(0, fstat(pool->fd, &st));
+    EXPECT_EQ(ppage, st.st_blocks);
+    const uint8_t *bytes = (const uint8_t*)remapring_pool_block_addr(pool,
+                                                                     attached);
+    EXPECT_EQ(0x5a, bytes[150]);
+    EXPECT_EQ(0, bytes[params.block_size - 1]);
+    EXPECT_EQ(REMAPRING_POOL_UNHOLD_ATTACHED,
+              remapring_pool_block_unhold(pool, attached, 100));
+
+    /* four blocks written and freed: the first two of the free list (the
+     * last freed) stay, the other two are given back, once */
+    for (uint32_t &block : freed) {
+        ASSERT_EQ(UCS_OK, remapring_pool_block_get(pool, &block));
+        memset(remapring_pool_block_addr(pool, block), 0x33,
+               params.block_size);
+    }
+    for (uint32_t block : freed) {
+        remapring_pool_block_put(pool, block);
+    }
+    ASSERT_EQ(0, fstat(pool->fd, &st));
+    const off_t before = st.st_blocks;
+    EXPECT_EQ(2u * 16u, remapring_pool_trim_free(pool, 2));
+    ASSERT_EQ(0, fstat(pool->fd, &st));
+    EXPECT_EQ(before - 2 * 16 * ppage, st.st_blocks);
+    EXPECT_EQ(0u, remapring_pool_trim_free(pool, 2)); /* done already */
+    EXPECT_EQ(0x33, *(const uint8_t*)remapring_pool_block_addr(pool,
+                                                               freed[3]));
+    EXPECT_EQ(0, *(const uint8_t*)remapring_pool_block_addr(pool, freed[0]));
+
+    /* taken again and written, a block is given back again */
+    uint32_t again;
+    while (remapring_pool_block_get(pool, &again) == UCS_OK) {
+        if (again == freed[0]) {
+            break;
+        }
+    }
+    ASSERT_EQ(freed[0], again);
+    EXPECT_EQ(0u, pool->blocks[again].empty);
+    memset(remapring_pool_block_addr(pool, again), 0x44, params.block_size);
+    remapring_pool_block_put(pool, again);
+    EXPECT_EQ(16u, remapring_pool_trim_free(pool, 0));
+
+    /* a pool that punches nothing (a device pins its pages) gives back
+     * nothing */
+    pool->punch = 0;
+    EXPECT_EQ(0u, remapring_pool_block_punch(pool, attached));
+    EXPECT_EQ(0u, remapring_pool_trim_free(pool, 0));
+    pool->punch = 1;
+    remapring_pool_destroy(pool);
+}
+
 /* A record released while others of its block are still held gives back
  * the pages only it touched: at the next detach if the block was punched,
  * else when it is; an address in no held record releases nothing */

@@ -247,6 +247,42 @@ static void remapring_pool_punch(remapring_pool_t *pool, uint32_t block)
     pool->stats.held_pages        += held;
 }
 
+unsigned remapring_pool_block_punch(remapring_pool_t *pool, uint32_t block)
+{
+    if (!pool->punch) {
+        return 0;
+    }
+
+    return pool->pages_per_block -
+           remapring_pool_punch_pages(pool, block, 0, pool->pages_per_block);
+}
+
+unsigned remapring_pool_trim_free(remapring_pool_t *pool, unsigned keep)
+{
+    unsigned n = 0, pages = 0;
+    remapring_pool_block_t *block;
+    uint32_t index;
+
+    if (!pool->punch) {
+        return 0;
+    }
+
+    for (index = pool->free_head; index != REMAPRING_POOL_BLOCK_NONE;
+         index = block->next_free) {
+        block = &pool->blocks[index];
+        if ((n++ < keep) || block->empty) {
+            continue;
+        }
+
+        pages += pool->pages_per_block -
+                 remapring_pool_punch_pages(pool, index, 0,
+                                            pool->pages_per_block);
+        block->empty = 1;
+    }
+
+    return pages;
+}
+
 /* Detached block @a index waits whole on the list of blocks to punch */
 static void remapring_pool_punch_later(remapring_pool_t *pool, uint32_t index)
 {
@@ -379,6 +415,7 @@ static ucs_status_t remapring_pool_grow(remapring_pool_t *pool, unsigned count)
         block->holds_last = REMAPRING_POOL_BLOCK_NONE;
         block->dirty      = 0;
         block->folded     = 0;
+        block->empty      = 1; /* never written */
         block->nuntracked = 0;
         block->owner      = NULL;
         block->punch_prev = REMAPRING_POOL_BLOCK_NONE;
@@ -585,6 +622,7 @@ ucs_status_t remapring_pool_block_get(remapring_pool_t *pool, uint32_t *block_p)
     index           = pool->free_head;
     block           = &pool->blocks[index];
     pool->free_head = block->next_free;
+    block->empty    = 0;
     block->state    = REMAPRING_POOL_BLOCK_ATTACHED;
     block->owner    = NULL;
     pool->stats.nfree--;

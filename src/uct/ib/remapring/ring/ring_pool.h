@@ -115,6 +115,7 @@ typedef struct remapring_pool_block {
                         CPU view is to be mapped back before reuse */
     uint32_t aged; /* punched after waiting punch_age_ns whole: already
                       counted as a block whose holds outlasted it */
+    uint32_t empty; /* FREE and punched whole (remapring_pool_trim_free) */
     uint32_t punch_prev; /* list of DETACHED blocks not punched yet */
     uint32_t punch_next;
     uint64_t detached_ns; /* when it was detached, while DETACHED */
@@ -283,6 +284,25 @@ void remapring_pool_block_attach(remapring_pool_t *pool, uint32_t block,
  * DETACHED until its last hold is released.
  */
 void remapring_pool_block_detach(remapring_pool_t *pool, uint32_t block);
+
+
+/**
+ * Give back the memory of the pages of @a block, which backs a slot of a
+ * ring, that no held record touches: their bytes are lost, and a page is
+ * made again (zeroed) when it is next written. Only for a slot the ring's
+ * writer may not write while this runs (one past what it agreed to keep
+ * to). Returns the pages given back (0 in a pool that punches nothing).
+ */
+unsigned remapring_pool_block_punch(remapring_pool_t *pool, uint32_t block);
+
+
+/**
+ * Give back the memory of the free blocks past the first @a keep of the
+ * free list (the ones used last, taken first), those not given back yet:
+ * for an interface whose rings went quiet. Returns the pages given back (0
+ * in a pool that punches nothing).
+ */
+unsigned remapring_pool_trim_free(remapring_pool_t *pool, unsigned keep);
 
 
 /**
