@@ -44,7 +44,7 @@
 
 /* the wire (remapring_verbs.h): magics, version, mode, private data */
 #define WIRE_MAGIC       0x726d7662u
-#define WIRE_VERSION     2
+#define WIRE_VERSION     3
 #define WIRE_MODE_PINNED 2
 #define TABLE_SLOTS      4096 /* the ring's most slots */
 

@@ -157,14 +157,6 @@ static void check_peer(unsigned *spins)
     }
 }
 
-static uint64_t splitmix64(uint64_t x)
-{
-    x += 0x9e3779b97f4a7c15ull;
-    x  = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
-    x  = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
-    return x ^ (x >> 31);
-}
-
 static double now_usec(void)
 {
     struct timespec ts;
@@ -934,62 +926,6 @@ static void usage(const char *prog)
     exit(2);
 }
 
-/* The receiver's end across hosts: one connection accepted on @a port */
-static int listen_one(const char *port)
-{
-    struct sockaddr_in6 sa = {.sin6_family = AF_INET6,
-                              .sin6_port   = htons(atoi(port))};
-    int one = 1, lfd, fd;
-
-    lfd = socket(AF_INET6, SOCK_STREAM, 0);
-    if ((lfd < 0) ||
-        (setsockopt(lfd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one)) < 0) ||
-        (bind(lfd, (struct sockaddr*)&sa, sizeof(sa)) < 0) ||
-        (listen(lfd, 1) < 0)) {
-        perror("ucp_hold: listen");
-        return -1;
-    }
-    fd = accept(lfd, NULL, NULL);
-    if (fd < 0) {
-        perror("ucp_hold: accept");
-    }
-    close(lfd);
-    return fd;
-}
-
-/* The sender's end: connected to @a hostport (host:port), retried while
- * the receiver is not listening yet */
-static int connect_to(char *hostport)
-{
-    struct addrinfo hints = {.ai_socktype = SOCK_STREAM}, *ai;
-    char *colon = strrchr(hostport, ':');
-    int fd, tries;
-
-    if (colon == NULL) {
-        fprintf(stderr, "ucp_hold: -C %s: host:port expected\n", hostport);
-        return -1;
-    }
-    *colon = '\0';
-    if (getaddrinfo(hostport, colon + 1, &hints, &ai) != 0) {
-        fprintf(stderr, "ucp_hold: cannot resolve %s\n", hostport);
-        return -1;
-    }
-    for (tries = 0; tries < 300; ++tries) {
-        fd = socket(ai->ai_family, SOCK_STREAM, 0);
-        if ((fd >= 0) && (connect(fd, ai->ai_addr, ai->ai_addrlen) == 0)) {
-            freeaddrinfo(ai);
-            return fd;
-        }
-        if (fd >= 0) {
-            close(fd);
-        }
-        usleep(100000);
-    }
-    perror("ucp_hold: connect");
-    freeaddrinfo(ai);
-    return -1;
-}
-
 int main(int argc, char **argv)
 {
     int   sv[2], c, st, rc, count_given = 0;
@@ -1057,8 +993,8 @@ int main(int argc, char **argv)
         if ((listen_port != NULL) && (connect_addr != NULL)) {
             usage(argv[0]);
         }
-        oob_fd = (listen_port != NULL) ? listen_one(listen_port) :
-                 connect_to(connect_addr);
+        oob_fd = (listen_port != NULL) ? oob_accept_one(listen_port, "ucp_hold") :
+                 oob_connect(connect_addr, "ucp_hold");
         if (oob_fd < 0) {
             return 2;
         }

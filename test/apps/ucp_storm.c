@@ -139,14 +139,6 @@ static double now_usec(void)
     return ts.tv_sec * 1e6 + ts.tv_nsec / 1e3;
 }
 
-static uint64_t splitmix64(uint64_t x)
-{
-    x += 0x9e3779b97f4a7c15ull;
-    x  = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
-    x  = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
-    return x ^ (x >> 31);
-}
-
 /* word w of message i */
 static uint64_t pattern_word(uint64_t i, uint64_t w)
 {
