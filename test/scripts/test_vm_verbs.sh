@@ -24,7 +24,9 @@
 #   pair    two guests on a qemu socket network, the 7.x kernel: UCT and
 #           UCP figures between them (servers on vm-a, clients on vm-b)
 #           next to rc_verbs and tcp in the same boot, ratios printed;
-#           ucp_hold between them; test/apps/mpi_pingpong.c with Open MPI
+#           ucp_hold between them; 64 connections into one interface
+#           (test/apps/ucp_fanin.c), memory per connection busy and quiet
+#           next to rc_verbs; test/apps/mpi_pingpong.c with Open MPI
 #           and MPICH, one rank on each guest, over remapring,self
 #   pinned  one guest, Debian 12's 6.1 kernel (no ODP): pinned mode, the
 #           same as odp, and a hostile sender (test/apps/rdma_rogue.c)
@@ -42,7 +44,7 @@ vm_setup
 
 vm_modules
 mkdir "$tmp/apps"
-for app in ucp_hold ucp_remap; do
+for app in ucp_hold ucp_remap ucp_fanin; do
     cc -O2 -g -Wall -o "$tmp/apps/$app" \
         "$REMAPRING_SRCDIR/test/apps/$app.c" \
         $(pkg-config --cflags --libs ucx) -lm -ldl || fail "build $app"
@@ -111,10 +113,12 @@ for p in $parts; do
     odp|pinned)
         one $p ;;
     pair)
-        part pair -t 420 -2 -k odp "${modules[@]}" "${apps[@]}" "${mpi[@]}" \
+        part pair -t 600 -m 3072 -2 -k odp "${modules[@]}" "${apps[@]}" \
+            "${mpi[@]}" \
             "${job[@]}" pair odp "$rdma_module" /payload/apps ;;
     pinned-pair)
-        part pinned-pair -t 420 -2 -k pinned "${modules[@]}" "${apps[@]}" \
+        part pinned-pair -t 600 -m 3072 -2 -k pinned "${modules[@]}" \
+            "${apps[@]}" \
             "${mpi[@]}" "${job[@]}" pair pinned "$rdma_module" \
             /payload/apps ;;
     *)

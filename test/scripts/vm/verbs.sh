@@ -46,6 +46,11 @@
 #   messages 500 ms or more apart besides the pauses (rdma_cm's RNR timer
 #   would keep a NAKed write back 655 ms; TCG alone made gaps of up to
 #   170 ms), rxe's RNR counters printed;
+#   64 connections into one interface, four processes of 16 workers on
+#   vm-b (ucp_fanin), every byte checked, then quiet: the receiver's pool
+#   and the senders' pinned memory per connection, busy and quiet, next to
+#   remaprdma with IDLE_TIME=0 and rc_verbs (16 connections); odp: the
+#   quiet rings gave back their memory past IDLE_SLOTS;
 #   ucp_hold with the receiver on vm-a and the sender on
 #   vm-b (-L/-C), and test/apps/mpi_pingpong (APPS/mpi_pingpong_ompi and
 #   _mpich, built on the host) across the guests over remaprdma,self
@@ -603,6 +608,109 @@ if [ "$where" = pair ] && [ -n "$apps" ]; then
         [ $st -eq 0 ] && check "ucp_hold, the sender" ||
             bad "ucp_hold: status $st"
     fi
+fi
+
+# 64 connections into one receiving interface (ucp_fanin: one worker on
+# vm-a; four processes of 16 workers each on vm-b), 4 MiB through each
+# (four laps of its ring), every byte checked, then 2 s with nothing sent:
+# what the receiver and the senders hold per connection, busy and quiet,
+# over remaprdma and over rc_verbs in the same boot, and over remaprdma with
+# UCX_REMAPRDMA_IDLE_TIME=0 (quiet rings give nothing back). rc_verbs with
+# 16 connections (four processes of 4 workers): a UCP worker on it takes
+# some 36 MiB pinned (its receive buffers), and 64 of them do not fit in
+# the guest; its endpoints connect through a UCP listener on vm-a's address
+# (rdma_cm: from worker addresses rc_verbs wants ud_verbs to wire up, whose
+# peer timeout TCG outlasts), and without UCX's IB async events (UCX 1.13
+# asserts in its handler, ib_device.c:279, as the processes close). In odp mode, the rings
+# give back what is past IDLE_SLOTS once quiet (IDLE_TIME, 100 ms): the
+# receiver's pool must come down to at most 2 x IDLE_SLOTS blocks (512 KiB)
+# per connection, and below what it holds with IDLE_TIME=0; a pinned ring
+# keeps what it was granted
+if [ "$where" = pair ] && [ -n "$apps" ]; then
+    fanin_port=17810
+    fanin_tls="remaprdma remaprdma-keep rc_verbs"
+    [ "$mode" = odp ] || fanin_tls="remaprdma rc_verbs"
+    for tl in $fanin_tls; do
+        workers=$([ $tl = rc_verbs ] && echo 4 || echo 16)
+        conns=$((4 * workers))
+        idle=$([ $tl = remaprdma-keep ] && echo 0 || echo 100ms)
+        vm_note "$conns connections into one $tl interface, then quiet"
+        fanin_port=$((fanin_port + 1))
+        tls=(UCX_TLS=remaprdma,self) listen=()
+        if [ $tl = rc_verbs ]; then
+            tls=(UCX_TLS=rc_verbs,self UCX_IB_ASYNC_EVENTS=n)
+            listen=(-a "$([ "$VM_ROLE" = a ] && echo "$VM_IP" || echo "$VM_PEER")")
+        fi
+        fanin=("${rr[@]}" "${tls[@]}" UCX_NET_DEVICES=rxe0:1,eth0
+               UCX_REMAPRDMA_IDLE_TIME=$idle
+               UCX_LOG_LEVEL=debug UCX_LOG_FILE=stderr
+               UCX_LOG_FILE_FILTER='*remapring*iface.c'
+               timeout -s SEGV 400 "$apps/ucp_fanin" -m 64 -s 65536 -t 360
+               "${listen[@]}")
+        if [ "$VM_ROLE" = a ]; then
+            "${fanin[@]}" -L $fanin_port -n $conns -q 2000 > /tmp/fanin.$tl 2>&1
+            st=$?
+        else
+            vm_wait_listen "$VM_PEER" $fanin_port 120 || true
+            pids=()
+            for i in 1 2 3 4; do
+                "${fanin[@]}" -C vm-a:$fanin_port -w $workers \
+                    > /tmp/fanin.$tl.$i 2>&1 &
+                pids+=($!)
+            done
+            st=0
+            for p in "${pids[@]}"; do
+                wait "$p" || st=$?
+            done
+            cat /tmp/fanin.$tl.[1-4] > /tmp/fanin.$tl
+        fi
+        grep -v 'UCX  ' /tmp/fanin.$tl | cut -c1-200 | tail -8 | sed 's/^/   /'
+        grep -E 'UCX  (ERROR|FATAL)|Fatal|pool: |quiet rings: ' /tmp/fanin.$tl |
+            cut -c1-240 |
+            sed 's/^.*UCX  /   /' | sort | uniq -c | sort -rn | head -8
+        if [ $st -ne 0 ]; then
+            bad "$conns connections over $tl: status $st"
+        elif [ "$VM_ROLE" = a ]; then
+            res=$(grep '^fanin-result:' /tmp/fanin.$tl)
+            echo "$tl $res" >> /tmp/fanin.figures
+            if ! echo "$res" |
+                 grep -q "conns=$conns msgs=$((conns * 64)) errors=0 "; then
+                bad "$conns connections over $tl: not every message arrived intact"
+            elif [ $tl = remaprdma-keep ] && [ "$mode" = odp ] &&
+                 ! awk '$1 ~ /^remaprdma/ {
+                     for (i = 2; i <= NF; ++i) {
+                         split($i, kv, "="); v[$1, kv[1]] = kv[2]
+                     }
+                 }
+                 END {
+                     q = v["remaprdma", "quiet_pool_kib_per_conn"]
+                     k = v["remaprdma-keep", "quiet_pool_kib_per_conn"]
+                     exit !((q <= 512) && (q < k))
+                 }' /tmp/fanin.figures; then
+                bad "64 connections over remaprdma (odp): the quiet rings did not give back their memory (more than 512 KiB each, or not less than with IDLE_TIME=0)"
+            else
+                check "$conns connections over $tl: $((conns * 64)) messages intact"
+            fi
+        else
+            awk -v tl=$tl '/^fanin-sender:/ {
+                    for (i = 1; i <= NF; ++i) {
+                        split($i, kv, "="); v[kv[1]] += kv[2]
+                    }
+                    ++n }
+                 END { printf "%s senders: %d processes, %d connections," \
+                              " pool %d KiB, pinned %d KiB, resident %d KiB:" \
+                              " per connection pool %.0f, pinned %.0f," \
+                              " resident %.0f KiB\n", tl, n, v["workers"],
+                              v["pool_kib"], v["pin_kib"], v["rss_kib"],
+                              v["pool_kib"] / v["workers"],
+                              v["pin_kib"] / v["workers"],
+                              v["rss_kib"] / v["workers"] }' \
+                /tmp/fanin.$tl | tee -a /tmp/fanin.figures | sed 's/^/   /'
+            check "$conns connections over $tl: the senders"
+        fi
+        vm_barrier fanin-$tl || bad "the guests did not meet after fanin $tl"
+    done
+    [ -f /tmp/fanin.figures ] && sed 's/^/   figure: /' /tmp/fanin.figures
 fi
 
 # MPI across the guests over remaprdma: two ranks, one on each guest,

@@ -43,6 +43,13 @@
  * receiver that stops progressing makes its senders hold their tails, not
  * meet RNR NAKs.
  *
+ * Quiet rings: a ring that took no immediate for IDLE_TIME asks its sender
+ * to keep to IDLE_SLOTS slots from its tail (uct_remapring_vconn_quiet_t);
+ * in odp mode (the view is credited whole) the receiver then gives back
+ * the memory of the other slots, which the device faults in again when the
+ * sender next writes them; the sender's staging goes back to its first
+ * size.
+ *
  * Modes, chosen from what the device reports (UCX_REMAPRDMA_MODE):
  *   odp     the ring view is registered with explicit On-Demand Paging; the
  *           writer writes to view + (offset % W), and a block the receiver
@@ -98,15 +105,23 @@
 
 
 #define UCT_REMAPRING_VERBS_MAGIC      0x726d7662u /* "bvmr" */
-#define UCT_REMAPRING_VERBS_VERSION    2
+#define UCT_REMAPRING_VERBS_VERSION    3
 #define UCT_REMAPRING_VERBS_RKEY_MAGIC 0x79656b7362726576ull /* "verbskey" */
-/* Immediate data of a record write: the tail in 64-byte units, and a bit
- * for "out of credit" */
-#define UCT_REMAPRING_VERBS_IMM_STALL  0x80000000u
-#define UCT_REMAPRING_VERBS_IMM_MASK   0x7fffffffu
-/* Immediate data from a receiver: its limit in slots (mod 2^31), or with
- * this bit the number of the sender's immediates it took (mod 2^31) */
-#define UCT_REMAPRING_VERBS_IMM_ACK    0x80000000u
+/* Immediate data of a record write: the tail in 64-byte units (mod 2^30),
+ * a bit for "out of credit" and one for "I keep to what you asked me to
+ * keep to" (the answer to IMM_QUIET) */
+#define UCT_REMAPRING_VERBS_IMM_STALL     0x80000000u
+#define UCT_REMAPRING_VERBS_IMM_YIELD     0x40000000u
+#define UCT_REMAPRING_VERBS_IMM_TAIL_MASK 0x3fffffffu
+/* Immediate data from a receiver: with IMM_ACK the number of the sender's
+ * immediates it took (mod 2^31); else with IMM_QUIET a request to keep to
+ * the slots from the one of its tail on, as many as the low bits say, until
+ * the next credit; else its limit in slots (mod 2^30) */
+#define UCT_REMAPRING_VERBS_IMM_ACK        0x80000000u
+#define UCT_REMAPRING_VERBS_IMM_QUIET      0x40000000u
+#define UCT_REMAPRING_VERBS_IMM_LIMIT_MASK 0x3fffffffu
+/* Counts of immediates (mod 2^31) */
+#define UCT_REMAPRING_VERBS_IMM_MASK       0x7fffffffu
 
 
 /**
@@ -135,6 +150,7 @@ typedef struct uct_remapring_verbs_iface_config {
     size_t max_inline;  /* UCS_MEMUNITS_AUTO: UCT_REMAPRING_VERBS_MAX_INLINE_AUTO */
     unsigned max_conns; /* connections an interface accepts */
     unsigned imm_window; /* a sender's immediates in flight, at most */
+    double idle_time;   /* seconds before an odp ring gives back memory */
 } uct_remapring_verbs_iface_config_t;
 
 
@@ -289,6 +305,20 @@ typedef struct uct_remapring_verbs_rej {
 } UCS_S_PACKED uct_remapring_verbs_rej_t;
 
 
+/**
+ * An odp receiver's ring that went quiet gives back the memory of its slots
+ * past IDLE_SLOTS from the sender's tail: it asks the sender to keep to
+ * them (IMM_QUIET), punches the pages of the others once the sender says
+ * it does (IMM_YIELD, with its tail), then credits them again; a page is
+ * made again when the sender next writes it.
+ */
+typedef enum {
+    UCT_REMAPRING_VCONN_BUSY, /* written since last looked */
+    UCT_REMAPRING_VCONN_QUIET_ASKED, /* credits wait for the answer */
+    UCT_REMAPRING_VCONN_QUIET /* given back; BUSY at the next record */
+} uct_remapring_vconn_quiet_t;
+
+
 typedef enum {
     UCT_REMAPRING_VCONN_RESOLVING, /* sender: address and route */
     UCT_REMAPRING_VCONN_CONNECTING, /* request sent, or accepted */
@@ -368,6 +398,7 @@ struct uct_remapring_vconn {
     uint64_t                   staging_posted; /* staging_end of the last
                                                   request posted */
     int                        staging_grow; /* a send found it full */
+    int                        staging_shrink; /* the receiver found us quiet */
     uct_remapring_verbs_slot_t *table;    /* pinned: written by the receiver */
     struct ibv_mr              *table_mr;
     uint64_t                   limit;     /* credit, from the receiver */
@@ -376,6 +407,7 @@ struct uct_remapring_vconn {
     uint32_t                   imm_acked;  /* of them taken (mod 2^31) */
     int                        tail_held; /* tail not sent: no window */
     int                        stall_held; /* the same, a stall */
+    int                        yield_held; /* the same, a yield */
     uct_remapring_verbs_rep_t  rep;
     struct {
         uint64_t               start, end; /* ring range */
@@ -404,6 +436,9 @@ struct uct_remapring_vconn {
     uint64_t                   rx_tail;   /* from the immediates */
     uint32_t                   imm_taken; /* the sender's immediates, */
     uint32_t                   imm_told;  /* of them acknowledged */
+    int                        quiet;     /* odp: uct_remapring_vconn_quiet_t */
+    uint32_t                   quiet_seen; /* imm_taken when last looked */
+    ucs_time_t                 quiet_since; /* and since when the same */
     int                        active;
     int                        failed;
     ucs_list_link_t            list;      /* iface's rx conns, zombies */
@@ -449,6 +484,8 @@ typedef struct uct_remapring_verbs_iface {
     unsigned                   max_conns; /* of them, at most */
     unsigned                   cm_calls; /* progress calls since CM poll */
     unsigned check_calls; /* since the pool's upkeep */
+    ucs_time_t                 idle_time; /* UCX_REMAPRDMA_IDLE_TIME; 0: never */
+    ucs_time_t                 quiet_next; /* when to look at the rings next */
     /* pinned: per pool block, the registration that covers it (a slot's
      * of a connection, current or left over from an earlier lap), or NULL */
     uct_remapring_verbs_slot_mr_t **block_mrs;
@@ -462,6 +499,11 @@ typedef struct uct_remapring_verbs_iface {
         uint64_t               held;      /* tails held for an ack */
         uint64_t               acks;      /* acknowledgements sent */
     } imm_stats;
+    struct {
+        uint64_t               asked;     /* quiet rings asked to keep to less */
+        uint64_t               yields;    /* answers */
+        uint64_t               pages;     /* pages given back then */
+    } quiet_stats;
 } uct_remapring_verbs_iface_t;
 
 

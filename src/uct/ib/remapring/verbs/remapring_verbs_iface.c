@@ -161,6 +161,17 @@ static ucs_config_field_t uct_remapring_verbs_iface_config_table[] = {
      ucs_offsetof(uct_remapring_verbs_iface_config_t, imm_window),
      UCS_CONFIG_TYPE_UINT},
 
+    {"IDLE_TIME", "100ms",
+     "A receiver's ring that took no record for this long asks its sender to\n"
+     "keep to IDLE_SLOTS slots from its tail (a message each way): in odp mode\n"
+     "it then punches the pages of the other slots, and of the pool's free\n"
+     "blocks past a window of them; a page comes back when the sender next\n"
+     "writes it (a page fault on the device). A pinned ring keeps what it was\n"
+     "granted. Either way the sender's staging goes back to its first size.\n"
+     "0: never.",
+     ucs_offsetof(uct_remapring_verbs_iface_config_t, idle_time),
+     UCS_CONFIG_TYPE_TIME},
+
     {"MAX_CONNS", "1024",
      "Connections one interface accepts (the shared-memory transport's\n"
      "bound is UCX_REMAPRING_MAX_PEERS): any host that reaches its port\n"
@@ -323,43 +334,76 @@ static ucs_status_t uct_remapring_vconn_staging_resize(uct_remapring_vconn_t *vc
     vconn->staging_signaled = 0;
     vconn->staging_posted   = 0;
     vconn->staging_grow     = 0;
+    vconn->staging_shrink   = 0;
     return UCS_OK;
 }
 
-/* A send found the staging full (staging_grow): it doubles, up to
- * UCX_REMAPRDMA_STAGING, once every request that reads it completed; no new
- * send takes it until then. Called where no part of a send holds some of
- * it yet */
-/* Requests posted unsignaled after the last signaled one, which no
- * completion would report while nothing else is sent: an empty signaled
- * write after them, whose completion gives them back */
-static void uct_remapring_vconn_staging_signal(uct_remapring_vconn_t *vconn)
+/* An empty signaled write after the requests posted so far: its
+ * completion reports them (RC completes a QP's requests in order), and
+ * calls @a comp */
+static ucs_status_t
+uct_remapring_vconn_post_marker(uct_remapring_vconn_t *vconn,
+                                uct_completion_t *comp)
 {
     struct ibv_send_wr wr = {};
 
+    wr.opcode = IBV_WR_RDMA_WRITE;
+    uct_remapring_vconn_remote(vconn, vconn->tail, &wr.wr.rdma.remote_addr,
+                               &wr.wr.rdma.rkey);
+    return uct_remapring_vconn_post(vconn, &wr, 1, vconn->staging_posted, comp,
+                                    NULL);
+}
+
+/* Requests posted unsignaled after the last signaled one, which no
+ * completion would report while nothing else is sent: a marker after
+ * them, whose completion gives them back */
+static void uct_remapring_vconn_staging_signal(uct_remapring_vconn_t *vconn)
+{
     if ((vconn->ops_count == 0) && (vconn->unsignaled > 0) &&
         (vconn->sq_avail > 0)) {
-        wr.opcode = IBV_WR_RDMA_WRITE;
-        uct_remapring_vconn_remote(vconn, vconn->tail,
-                                   &wr.wr.rdma.remote_addr, &wr.wr.rdma.rkey);
-        (void)uct_remapring_vconn_post(vconn, &wr, 1, vconn->staging_posted,
-                                       NULL, NULL);
+        (void)uct_remapring_vconn_post_marker(vconn, NULL);
     }
 }
 
-static void uct_remapring_vconn_staging_grow(uct_remapring_vconn_t *vconn)
+/* The staging becomes @a size bytes once every request that reads it
+ * completed (a marker after unsignaled ones): true once it was tried (it
+ * stays as it is where it cannot be made), false until then. Called where
+ * no part of a send holds some of it */
+static int uct_remapring_vconn_staging_settle(uct_remapring_vconn_t *vconn,
+                                              size_t size)
 {
     if (vconn->pending.valid || (vconn->ops_count > 0)) {
-        return; /* again when they completed */
+        return 0; /* again when they completed */
     }
 
     if (vconn->unsignaled > 0) {
         uct_remapring_vconn_staging_signal(vconn);
-        return;
+        return 0;
     }
 
-    (void)uct_remapring_vconn_staging_resize(vconn, 2 * vconn->staging_size);
-    vconn->staging_grow = 0; /* grown, or stays as it is: tried */
+    (void)uct_remapring_vconn_staging_resize(vconn, size);
+    return 1;
+}
+
+/* A send found the staging full (staging_grow): it doubles, up to
+ * UCX_REMAPRDMA_STAGING; no new send takes it until then */
+static void uct_remapring_vconn_staging_grow(uct_remapring_vconn_t *vconn)
+{
+    if (uct_remapring_vconn_staging_settle(vconn, 2 * vconn->staging_size)) {
+        vconn->staging_grow = 0;
+    }
+}
+
+/* The receiver found the connection quiet (staging_shrink): the staging
+ * goes back to its first size, unless a send wants it larger meanwhile */
+static void uct_remapring_vconn_staging_trim(uct_remapring_vconn_t *vconn)
+{
+    size_t size = uct_remapring_verbs(vconn->iface)->staging_min;
+
+    if (vconn->staging_grow || (vconn->staging_size <= size) ||
+        uct_remapring_vconn_staging_settle(vconn, size)) {
+        vconn->staging_shrink = 0;
+    }
 }
 
 /* @a length bytes of staging buffer, 64-byte aligned, or NULL if the
@@ -470,13 +514,18 @@ static void uct_remapring_vconn_op_done(uct_remapring_vconn_t *vconn,
         uct_invoke_completion(op->comp, status);
     }
 
-    /* a staging buffer that wants to grow, now that nothing reads it */
+    /* a staging buffer that wants to grow or shrink, now that nothing
+     * reads it */
     if (ucs_unlikely(vconn->staging_grow)) {
         uct_remapring_vconn_staging_grow(vconn);
+    } else if (ucs_unlikely(vconn->staging_shrink)) {
+        uct_remapring_vconn_staging_trim(vconn);
     }
 
-    /* a held tail that had its acknowledgement but no request then */
-    if (!vconn->is_rx && (vconn->tail_held || vconn->stall_held)) {
+    /* a held tail (or stall, or yield) that had its acknowledgement but no
+     * request then */
+    if (!vconn->is_rx &&
+        (vconn->tail_held || vconn->stall_held || vconn->yield_held)) {
         uct_remapring_tx_vconn_release_tail(vconn);
     }
 
@@ -640,12 +689,22 @@ static int uct_remapring_vconn_imm_room(const uct_remapring_vconn_t *vconn)
             UCT_REMAPRING_VERBS_IMM_MASK) < vconn->rep.imm_window;
 }
 
-/* The tail, and the stall if one waits, as the immediate of an empty write */
+/* The immediate of a record write that carries tail @a tail, and the yield
+ * if one waits (the tail it carries is the one the yield keeps to) */
+static uint32_t uct_remapring_vconn_tail_imm(const uct_remapring_vconn_t *vconn,
+                                             uint64_t tail)
+{
+    return ((uint32_t)(tail / REMAPRING_RING_ALIGN) &
+            UCT_REMAPRING_VERBS_IMM_TAIL_MASK) |
+           (vconn->yield_held ? UCT_REMAPRING_VERBS_IMM_YIELD : 0);
+}
+
+/* The tail, and the stall and the yield if they wait, as the immediate of
+ * an empty write */
 static ucs_status_t uct_remapring_vconn_send_tail(uct_remapring_vconn_t *vconn,
                                                   int stall)
 {
-    uint32_t imm = ((uint32_t)(vconn->tail / REMAPRING_RING_ALIGN) &
-                    UCT_REMAPRING_VERBS_IMM_MASK) |
+    uint32_t imm = uct_remapring_vconn_tail_imm(vconn, vconn->tail) |
                    (stall ? UCT_REMAPRING_VERBS_IMM_STALL : 0);
     ucs_status_t status;
 
@@ -653,15 +712,16 @@ static ucs_status_t uct_remapring_vconn_send_tail(uct_remapring_vconn_t *vconn,
                                            1, imm);
     if (status == UCS_OK) {
         ++vconn->imm_posted;
+        vconn->yield_held = 0;
     }
     return status;
 }
 
-/* A held tail (and stall), once the receiver has a receive request for it
- * and the send queue a request */
+/* A held tail (and stall, and yield), once the receiver has a receive
+ * request for it and the send queue a request */
 static void uct_remapring_tx_vconn_release_tail(uct_remapring_vconn_t *vconn)
 {
-    if ((vconn->tail_held || vconn->stall_held) &&
+    if ((vconn->tail_held || vconn->stall_held || vconn->yield_held) &&
         (vconn->state == UCT_REMAPRING_VCONN_READY) &&
         (vconn->sq_avail >= 2) && uct_remapring_vconn_imm_room(vconn) &&
         (uct_remapring_vconn_send_tail(vconn, vconn->stall_held) == UCS_OK)) {
@@ -675,8 +735,7 @@ static void
 uct_remapring_vwire_publish_tail(remapring_wire_t *wire, uint64_t tail)
 {
     uct_remapring_vconn_t *vconn = ((uct_remapring_vwire_t*)wire)->vconn;
-    uint32_t imm                 = (uint32_t)(tail / REMAPRING_RING_ALIGN) &
-                   UCT_REMAPRING_VERBS_IMM_MASK;
+    uint32_t imm                 = uct_remapring_vconn_tail_imm(vconn, tail);
     int room                     = uct_remapring_vconn_imm_room(vconn);
     ucs_status_t status          = UCS_OK;
 
@@ -695,7 +754,8 @@ uct_remapring_vwire_publish_tail(remapring_wire_t *wire, uint64_t tail)
     vconn->tail = tail;
     if (room && (status == UCS_OK)) {
         ++vconn->imm_posted;
-        vconn->tail_held = 0; /* this tail covers a held one */
+        vconn->tail_held  = 0; /* this tail covers a held one */
+        vconn->yield_held = 0; /* and it carried the yield */
     } else {
         uct_remapring_verbs(vconn->iface)->imm_stats.held += !vconn->tail_held;
         vconn->tail_held = 1;
@@ -780,15 +840,16 @@ static ucs_status_t uct_remapring_verbs_cq_reserve(uct_remapring_iface_t *iface)
 }
 
 /* Receive requests for one more connection: each takes a window of them,
- * its sender's immediates in flight (or, sending, the credits and
- * acknowledgements its receiver may write before our progress takes them:
- * a window of slots and two), and the interface the ones its progress has
- * taken and not posted again yet (fewer than
- * UCT_REMAPRING_VERBS_SRQ_REFILL); posted by the next progress */
+ * its sender's immediates in flight (or, sending, the credits,
+ * acknowledgements and request to keep to less its receiver may write
+ * before our progress takes them: a window of slots and four), and the
+ * interface the ones its progress has taken and not posted again yet
+ * (fewer than UCT_REMAPRING_VERBS_SRQ_REFILL); posted by the next
+ * progress */
 static void uct_remapring_verbs_srq_reserve(uct_remapring_verbs_iface_t *verbs)
 {
     unsigned share = ucs_max(verbs->imm_window,
-                             verbs->super.rx.nslots + 3);
+                             verbs->super.rx.nslots + 4);
     unsigned need  = share * (kh_size(&verbs->qps) + 1) +
                      2 * UCT_REMAPRING_VERBS_SRQ_REFILL;
 
@@ -1184,7 +1245,10 @@ static ucs_status_t uct_remapring_vconn_send_credit(uct_remapring_vconn_t *vconn
     uint32_t block;
     ucs_status_t status;
 
-    if (limit <= vconn->credited) {
+    /* a quiet ring's credit waits for the sender's answer (it may not
+     * write past what it was asked to keep to until then) */
+    if ((limit <= vconn->credited) ||
+        (vconn->quiet == UCT_REMAPRING_VCONN_QUIET_ASKED)) {
         return UCS_OK;
     }
 
@@ -1236,7 +1300,7 @@ static ucs_status_t uct_remapring_vconn_send_credit(uct_remapring_vconn_t *vconn
         if (count == 0) {
             wr.opcode   = IBV_WR_RDMA_WRITE_WITH_IMM;
             wr.imm_data = htonl((uint32_t)(limit >> ring->block_shift) &
-                                UCT_REMAPRING_VERBS_IMM_MASK);
+                                UCT_REMAPRING_VERBS_IMM_LIMIT_MASK);
         } else {
             wr.opcode   = IBV_WR_RDMA_WRITE;
         }
@@ -1282,14 +1346,71 @@ static void uct_remapring_rx_vconn_ack(uct_remapring_vconn_t *vconn)
     ++verbs->imm_stats.acks;
 }
 
-/* A record's immediate: the sender's new tail, and maybe a stall */
+/* The sender answered a quiet ring's request (uct_remapring_vconn_quiet_t):
+ * it keeps below the end of the slots from the one of its tail on, as many
+ * as IDLE_SLOTS, until the next credit (its tail then; the one it answered
+ * with is the same or later, the bound here too). Give back the pages of every other
+ * slot of the window that holds no record to read (those from the head's
+ * slot to the tail's stay), the held records' pages excepted, and of the
+ * pool's free blocks past a window of them; then credit the slots again:
+ * nothing is written there any more, and a page comes back (zeroed,
+ * faulted in by the device) when the sender next writes it. Prefetching
+ * stays where it was: those slots are faulted in again only when credited
+ * on the next lap. */
+static void uct_remapring_rx_vconn_yielded(uct_remapring_vconn_t *vconn)
+{
+    uct_remapring_verbs_iface_t *verbs = uct_remapring_verbs(vconn->iface);
+    remapring_ring_t *ring             = vconn->ring;
+    remapring_pool_t *pool             = vconn->iface->rx.pool;
+    uint64_t block_mask                = ring->block_size - 1;
+    uint64_t bound, end, offset;
+    uint32_t block;
+    unsigned slot;
+
+    if (vconn->quiet != UCT_REMAPRING_VCONN_QUIET_ASKED) {
+        ucs_debug("%s yielded unasked: ignored", vconn->name);
+        return;
+    }
+
+    ++verbs->quiet_stats.yields;
+    bound = (vconn->rx_tail & ~block_mask) +
+            ((uint64_t)vconn->iface->rx.idle_slots << ring->block_shift);
+    /* a pinned ring's blocks stay: a registered page stays the device's */
+    end   = vconn->pinned ? bound :
+                            (ring->head & ~block_mask) + ring->window_size;
+    for (offset = bound; offset < end; offset += ring->block_size) {
+        slot  = (offset >> ring->block_shift) & (ring->nslots - 1);
+        block = ring->slots[slot];
+        if (block != REMAPRING_POOL_BLOCK_NONE) {
+            verbs->quiet_stats.pages += remapring_pool_block_punch(pool,
+                                                                   block);
+        }
+    }
+    if (!vconn->pinned) {
+        verbs->quiet_stats.pages += remapring_pool_trim_free(pool,
+                                                             ring->nslots);
+    }
+
+    ucs_debug("ring from %s quiet at tail %" PRIu64 ": slots %" PRIu64
+              " to %" PRIu64 " given back", vconn->name, vconn->rx_tail,
+              bound >> ring->block_shift, end >> ring->block_shift);
+    /* the sender's own bound, from its tail when it was asked, is at
+     * least the tail it answered with: credit from the slot of that tail
+     * on, whatever the sender kept to */
+    vconn->quiet    = UCT_REMAPRING_VCONN_QUIET;
+    vconn->credited = ucs_min(vconn->credited, vconn->rx_tail & ~block_mask);
+    uct_remapring_vconn_send_credit(vconn);
+}
+
+/* A record's immediate: the sender's new tail, and maybe a stall or the
+ * answer to a quiet ring's request */
 static void uct_remapring_rx_vconn_imm(uct_remapring_vconn_t *vconn,
                                        uint32_t imm)
 {
-    uint32_t units = imm & UCT_REMAPRING_VERBS_IMM_MASK;
+    uint32_t units = imm & UCT_REMAPRING_VERBS_IMM_TAIL_MASK;
     uint32_t delta = (units -
                       (uint32_t)(vconn->rx_tail / REMAPRING_RING_ALIGN)) &
-                     UCT_REMAPRING_VERBS_IMM_MASK;
+                     UCT_REMAPRING_VERBS_IMM_TAIL_MASK;
 
     if (vconn->failed) {
         return;
@@ -1306,6 +1427,80 @@ static void uct_remapring_rx_vconn_imm(uct_remapring_vconn_t *vconn,
     vconn->rx_tail += (uint64_t)delta * REMAPRING_RING_ALIGN;
     remapring_ring_ctl_store_tail(&vconn->ctl, vconn->rx_tail);
     uct_remapring_rx_vconn_set_active(vconn);
+    if (ucs_unlikely(imm & UCT_REMAPRING_VERBS_IMM_YIELD)) {
+        uct_remapring_rx_vconn_yielded(vconn);
+    } else if (ucs_unlikely(vconn->quiet == UCT_REMAPRING_VCONN_QUIET)) {
+        vconn->quiet = UCT_REMAPRING_VCONN_BUSY;
+    }
+}
+
+/* Ask the sender of a ring that took no immediate for IDLE_TIME to keep to
+ * IDLE_SLOTS (uct_remapring_vconn_quiet_t); false if the send queue is
+ * full (again at the next look) */
+static int uct_remapring_rx_vconn_ask_quiet(uct_remapring_vconn_t *vconn)
+{
+    uct_remapring_verbs_iface_t *verbs = uct_remapring_verbs(vconn->iface);
+    remapring_ring_t *ring             = vconn->ring;
+    unsigned keep                      = vconn->iface->rx.idle_slots;
+    struct ibv_send_wr wr              = {};
+
+    /* odp, nothing past IDLE_SLOTS credited: nothing to give back (a
+     * pinned ring is asked all the same: its sender's staging shrinks) */
+    if (!vconn->pinned && ((vconn->credited >> ring->block_shift) <=
+                           (vconn->rx_tail >> ring->block_shift) + keep)) {
+        vconn->quiet = UCT_REMAPRING_VCONN_QUIET;
+        return 1;
+    }
+
+    if (vconn->sq_avail < 2) {
+        return 0;
+    }
+
+    wr.opcode              = IBV_WR_RDMA_WRITE_WITH_IMM;
+    wr.imm_data            = htonl(UCT_REMAPRING_VERBS_IMM_QUIET | keep);
+    wr.wr.rdma.rkey        = vconn->remote_table_rkey;
+    wr.wr.rdma.remote_addr = vconn->remote_table;
+    if (uct_remapring_vconn_post(vconn, &wr, 0, 0, NULL, NULL) != UCS_OK) {
+        uct_remapring_rx_vconn_fail(vconn, "a request could not be sent");
+        return 1;
+    }
+
+    ucs_debug("ring from %s quiet for %.0f ms at tail %" PRIu64 ": asked to"
+              " keep to %u slots", vconn->name,
+              ucs_time_to_msec(ucs_get_time() - vconn->quiet_since),
+              vconn->rx_tail, keep);
+    vconn->quiet = UCT_REMAPRING_VCONN_QUIET_ASKED;
+    ++verbs->quiet_stats.asked;
+    return 1;
+}
+
+/* Now and then: the rings that took no immediate for IDLE_TIME give back
+ * their memory past IDLE_SLOTS (odp), and their senders' staging shrinks */
+static void uct_remapring_verbs_quiet_check(uct_remapring_verbs_iface_t *verbs)
+{
+    ucs_time_t now = ucs_get_time();
+    uct_remapring_vconn_t *vconn;
+
+    if ((verbs->idle_time == 0) || (now < verbs->quiet_next)) {
+        return;
+    }
+
+    verbs->quiet_next = now + ucs_max(verbs->idle_time / 4, (ucs_time_t)1);
+    ucs_list_for_each(vconn, &verbs->rx_conns, list) {
+        if (vconn->failed || (vconn->ring == NULL) ||
+            (vconn->state != UCT_REMAPRING_VCONN_READY) ||
+            (vconn->quiet != UCT_REMAPRING_VCONN_BUSY)) {
+            continue;
+        }
+
+        if (vconn->imm_taken != vconn->quiet_seen) {
+            vconn->quiet_seen  = vconn->imm_taken;
+            vconn->quiet_since = now;
+        } else if ((now - vconn->quiet_since >= verbs->idle_time) &&
+                   !uct_remapring_rx_vconn_ask_quiet(vconn)) {
+            return; /* no send request now */
+        }
+    }
 }
 
 static unsigned uct_remapring_rx_vconn_poll(uct_remapring_vconn_t *vconn)
@@ -1497,6 +1692,7 @@ static void uct_remapring_verbs_accept(uct_remapring_iface_t *iface,
     vconn->remote_table      = req.table_addr;
     vconn->remote_table_rkey = req.table_rkey;
     vconn->pinned            = pinned;
+    vconn->quiet_since       = ucs_get_time();
     id->context              = vconn;
     ucs_strncpy_zero(vconn->name, name, sizeof(vconn->name));
     ucs_list_add_tail(&verbs->rx_conns, &vconn->list);
@@ -1642,8 +1838,46 @@ static void uct_remapring_tx_vconn_fail(uct_remapring_vconn_t *vconn,
     uct_remapring_peer_failed(vconn->peer, status, reason);
 }
 
+/* The receiver's ring went quiet: keep below the end of the slots from the
+ * one of our tail on, @a keep of them, until its next credit, and say so
+ * with our tail (IMM_YIELD; held like a tail while its immediates are all
+ * in flight). Answered even where the limit is below that already: the
+ * receiver's credits wait for it. The staging goes back to its first size */
+static void uct_remapring_tx_vconn_quiet(uct_remapring_vconn_t *vconn,
+                                         uint32_t keep)
+{
+    uct_remapring_peer_t *peer = vconn->peer;
+    uint64_t bound;
+
+    if ((keep == 0) || (keep > vconn->rep.nslots)) {
+        ucs_error("%s asked to keep to %u slots of %u", vconn->name, keep,
+                  vconn->rep.nslots);
+        uct_remapring_tx_vconn_fail(vconn, UCS_ERR_IO_ERROR,
+                                    "it sent a bad request");
+        return;
+    }
+
+    bound = (vconn->tail & ~(((uint64_t)1 << vconn->block_shift) - 1)) +
+            ((uint64_t)keep << vconn->block_shift);
+    vconn->limit = ucs_min(vconn->limit, bound);
+    if (peer->wire != NULL) {
+        peer->writer.limit = ucs_min(peer->writer.limit, bound);
+    }
+    vconn->yield_held = 1;
+    uct_remapring_tx_vconn_release_tail(vconn);
+    ucs_debug("%s asked to keep to %u slots: tail %" PRIu64 ", limit %" PRIu64
+              ", answer %s (%u immediates unacknowledged, %u send requests)",
+              vconn->name, keep, vconn->tail, vconn->limit,
+              vconn->yield_held ? "held" : "sent",
+              (vconn->imm_posted - vconn->imm_acked) &
+                      UCT_REMAPRING_VERBS_IMM_MASK,
+              vconn->sq_avail);
+    vconn->staging_shrink = 1;
+    uct_remapring_vconn_staging_trim(vconn);
+}
+
 /* The receiver's credit, its limit in slots, or its acknowledgement of our
- * immediates, which sends a held tail */
+ * immediates, which sends a held tail, or its request to keep to less */
 static void uct_remapring_tx_vconn_credit(uct_remapring_vconn_t *vconn,
                                           uint32_t imm)
 {
@@ -1660,9 +1894,13 @@ static void uct_remapring_tx_vconn_credit(uct_remapring_vconn_t *vconn,
 
         vconn->imm_acked = imm & UCT_REMAPRING_VERBS_IMM_MASK;
         uct_remapring_tx_vconn_release_tail(vconn);
+    } else if (imm & UCT_REMAPRING_VERBS_IMM_QUIET) {
+        uct_remapring_tx_vconn_quiet(vconn,
+                                     imm & UCT_REMAPRING_VERBS_IMM_LIMIT_MASK);
+        return;
     } else {
-        delta = (imm - (uint32_t)slots) & UCT_REMAPRING_VERBS_IMM_MASK;
-        if (delta > (UCT_REMAPRING_VERBS_IMM_MASK >> 1)) {
+        delta = (imm - (uint32_t)slots) & UCT_REMAPRING_VERBS_IMM_LIMIT_MASK;
+        if (delta > (UCT_REMAPRING_VERBS_IMM_LIMIT_MASK >> 1)) {
             return; /* an old one */
         }
 
@@ -2259,6 +2497,7 @@ static unsigned uct_remapring_verbs_iface_progress(uct_iface_h tl_iface)
     count += uct_remapring_ep_progress_pending(iface);
     if (ucs_unlikely(++verbs->cm_calls >= UCT_REMAPRING_VERBS_CM_PERIOD)) {
         uct_remapring_verbs_poll_cm(iface);
+        uct_remapring_verbs_quiet_check(verbs);
         if (++verbs->check_calls >= UCT_REMAPRING_VERBS_MAINTAIN_PERIOD) {
             verbs->check_calls = 0;
             uct_remapring_iface_maintain(iface);
@@ -2617,7 +2856,6 @@ uct_remapring_verbs_ep_get_bcopy(uct_ep_h tl_ep,
 static ucs_status_t uct_remapring_vconn_flush(uct_remapring_vconn_t *vconn,
                                               uct_completion_t *comp)
 {
-    struct ibv_send_wr wr = {};
     ucs_status_t status;
 
     if (vconn->tail_held || vconn->stall_held) {
@@ -2633,12 +2871,8 @@ static ucs_status_t uct_remapring_vconn_flush(uct_remapring_vconn_t *vconn,
         return UCS_INPROGRESS; /* the last one is signaled */
     }
 
-    /* an empty write after the others, to be told when they are done */
-    wr.opcode = IBV_WR_RDMA_WRITE;
-    uct_remapring_vconn_remote(vconn, vconn->tail, &wr.wr.rdma.remote_addr,
-                               &wr.wr.rdma.rkey);
-    status = uct_remapring_vconn_post(vconn, &wr, 1, vconn->staging_head,
-                                      comp, NULL);
+    /* to be told when the others are done */
+    status = uct_remapring_vconn_post_marker(vconn, comp);
     return (status == UCS_OK) ? UCS_INPROGRESS : status;
 }
 
@@ -3223,6 +3457,12 @@ uct_remapring_verbs_iface_release(uct_remapring_verbs_iface_t *verbs)
               " %u receive requests posted at most",
               verbs->dev->name, verbs->port_num, verbs->imm_stats.held,
               verbs->imm_stats.acks, verbs->srq_size);
+    if (verbs->quiet_stats.asked > 0) {
+        ucs_debug("%s:%u quiet rings: %" PRIu64 " asked to keep to IDLE_SLOTS,"
+                  " %" PRIu64 " answered, %" PRIu64 " pages given back",
+                  verbs->dev->name, verbs->port_num, verbs->quiet_stats.asked,
+                  verbs->quiet_stats.yields, verbs->quiet_stats.pages);
+    }
     if (verbs->pinned_stats.regs > 0) {
         ucs_debug("%s:%u pinned: %" PRIu64 " blocks registered for a slot,"
                   " %" PRIu64 " kept, %" PRIu64 " revoked while held",
@@ -3387,6 +3627,9 @@ static UCS_CLASS_INIT_FUNC(uct_remapring_verbs_iface_t, uct_md_h md,
     self->nblocks     = 0;
     memset(&self->pinned_stats, 0, sizeof(self->pinned_stats));
     memset(&self->imm_stats, 0, sizeof(self->imm_stats));
+    memset(&self->quiet_stats, 0, sizeof(self->quiet_stats));
+    self->idle_time  = ucs_time_from_sec(config->idle_time);
+    self->quiet_next = 0;
     ucs_list_head_init(&self->rx_conns);
     ucs_list_head_init(&self->rx_active);
     ucs_list_head_init(&self->zombies);
