@@ -45,8 +45,10 @@
 #   log level, default 4), VM_KARGS (more kernel arguments).
 #   A guest whose kernel stops before it starts init (seen once: a panic
 #   in the emulated CPU's early interrupts, before any of the job's code
-#   ran) is not a verdict on the job: the run boots the guests once more,
-#   saying so (VM_BOOT_TRIES, default 2, is how many boots in all).
+#   ran), or has not started it after VM_INIT_WAIT s (default 180; seen
+#   once: no line past the firmware's), is not a verdict on the job: the
+#   run boots the guests once more, saying so (VM_BOOT_TRIES, default 2,
+#   is how many boots in all).
 #   Exit status: 0 when every guest's job exited 0; else the first failing
 #   job's status (1 for a guest that gave none, e.g. timed out); 77 (skip)
 #   when qemu cannot run here, the image is missing, or a job exited 77.
@@ -292,8 +294,22 @@ for i in "${!roles[@]}"; do
 done
 
 # Wait for the guests; once one is off, the other gets the grace period.
-first_off= ended=()
+# A guest whose kernel has not started init after VM_INIT_WAIT s (default
+# 180; a boot takes 5-20 s under TCG) hangs in its early boot (seen: no
+# line past the firmware's for 14 minutes): the guests are stopped, and
+# booted again below.
+first_off= ended=() init_wait=$((SECONDS + ${VM_INIT_WAIT:-180}))
 while :; do
+    if [ -n "$init_wait" ] && [ "$SECONDS" -ge "$init_wait" ]; then
+        init_wait=
+        for role in "${roles[@]}"; do
+            grep -q '@@VM-T init' "$out/$role/console.log" && continue
+            echo "vm: guest $role: no init after ${VM_INIT_WAIT:-180} s:" \
+                 "stopping the guests"
+            stop_guests
+            break
+        done
+    fi
     running=0
     for i in "${!roles[@]}"; do
         [ -n "${ended[$i]:-}" ] && continue
