@@ -406,6 +406,7 @@ struct uct_remapring_vconn {
     uint32_t                   imm_posted; /* immediates sent, */
     uint32_t                   imm_acked;  /* of them taken (mod 2^31) */
     int                        tail_held; /* tail not sent: no window */
+    int                        flush_held; /* a flush waits for that tail */
     int                        stall_held; /* the same, a stall */
     int                        yield_held; /* the same, a yield */
     uct_remapring_verbs_rep_t  rep;
@@ -504,6 +505,13 @@ typedef struct uct_remapring_verbs_iface {
         uint64_t               yields;    /* answers */
         uint64_t               pages;     /* pages given back then */
     } quiet_stats;
+    struct {
+        uint64_t               records;   /* writes of records */
+        uint64_t               tails;     /* empty writes with a tail */
+        uint64_t               markers;   /* empty signaled writes */
+        uint64_t               signaled;  /* requests that complete */
+        uint64_t               full;      /* sends that found staging full */
+    } tx_stats;
 } uct_remapring_verbs_iface_t;
 
 

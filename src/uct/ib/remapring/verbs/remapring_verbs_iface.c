@@ -152,8 +152,8 @@ static ucs_config_field_t uct_remapring_verbs_iface_config_table[] = {
      "Immediates (records' tails) a sender may have in flight on one\n"
      "connection, each taking a receive request of the receiver: a record\n"
      "that finds them all in flight is written without one, its tail held\n"
-     "(and the connection's next sends pending) until the receiver says it\n"
-     "took the earlier ones (every half window). A receiver that stops\n"
+     "(the next records too, and a flush pending) until the receiver says\n"
+     "it took the earlier ones (every half window). A receiver that stops\n"
      "progressing then makes its senders wait, not meet RNR NAKs. The\n"
      "receiver's setting is the one used.\n"
      "Between " UCS_PP_MAKE_STRING(UCT_REMAPRING_VERBS_IMM_WINDOW_MIN) " and "
@@ -281,6 +281,7 @@ uct_remapring_vconn_post(uct_remapring_vconn_t *vconn,
         vconn->staging_posted = staging_end;
     }
     if (signal) {
+        ++verbs->tx_stats.signaled;
         ++vconn->ops_count;
         vconn->unsignaled = 0;
         if (staging_end > vconn->staging_signaled) {
@@ -347,6 +348,7 @@ uct_remapring_vconn_post_marker(uct_remapring_vconn_t *vconn,
 {
     struct ibv_send_wr wr = {};
 
+    ++uct_remapring_verbs(vconn->iface)->tx_stats.markers;
     wr.opcode = IBV_WR_RDMA_WRITE;
     uct_remapring_vconn_remote(vconn, vconn->tail, &wr.wr.rdma.remote_addr,
                                &wr.wr.rdma.rkey);
@@ -431,6 +433,7 @@ static void *uct_remapring_vconn_staging(uct_remapring_vconn_t *vconn,
 
     if ((length > vconn->staging_size) ||
         (head + length - vconn->staging_tail > vconn->staging_size)) {
+        ++uct_remapring_verbs(vconn->iface)->tx_stats.full;
         vconn->staging_grow = (vconn->staging_size <
                                uct_remapring_verbs(vconn->iface)->staging_size);
         if (vconn->staging_grow) {
@@ -464,11 +467,13 @@ uct_remapring_verbs_peer_can_post(uct_remapring_peer_t *peer, size_t length)
         needed += vconn->staging_size - offset;
     }
 
-    /* a held tail waits for the receiver's acknowledgement: what comes
-     * after it too (the flush, the next send) */
-    /* a staging buffer that grows waits for its requests first */
+    /* a held stall waits for the receiver's acknowledgement, and so does
+     * a held tail that a flush waits for: the flush, queued as pending,
+     * must find no room to send (uct_remapring_ep_pending_add()), and what
+     * was asked after it stays after it; a staging buffer that grows waits
+     * for its requests first */
     return (vconn->state == UCT_REMAPRING_VCONN_READY) &&
-           !vconn->tail_held && !vconn->stall_held &&
+           !vconn->stall_held && !vconn->flush_held &&
            (!vconn->staging_grow ||
             ((vconn->ops_count == 0) && (vconn->unsignaled == 0))) &&
            (vconn->sq_avail >= 3) &&
@@ -577,6 +582,11 @@ static ucs_status_t uct_remapring_vconn_write_run(uct_remapring_vconn_t *vconn,
     struct ibv_send_wr wr = {};
     struct ibv_sge sge;
 
+    if (end > start) {
+        ++uct_remapring_verbs(vconn->iface)->tx_stats.records;
+    } else {
+        ++uct_remapring_verbs(vconn->iface)->tx_stats.tails;
+    }
     uct_remapring_vconn_remote(vconn, start, &wr.wr.rdma.remote_addr,
                                &wr.wr.rdma.rkey);
     if (end > start) {
@@ -618,7 +628,10 @@ static ucs_status_t uct_remapring_vwire_write(remapring_wire_t *wire,
         return UCS_ERR_CONNECTION_RESET;
     }
 
-    if (ucs_unlikely(vconn->tail_held || vconn->stall_held)) {
+    /* a held tail does not stop the records after it (written without
+     * an immediate, the next one carries their tail): the receiver has
+     * the records of a window of immediates to read meanwhile */
+    if (ucs_unlikely(vconn->stall_held)) {
         return UCS_ERR_NO_RESOURCE; /* until the receiver acknowledges */
     }
 
@@ -727,6 +740,7 @@ static void uct_remapring_tx_vconn_release_tail(uct_remapring_vconn_t *vconn)
         (uct_remapring_vconn_send_tail(vconn, vconn->stall_held) == UCS_OK)) {
         vconn->stall_sent |= vconn->stall_held;
         vconn->tail_held   = 0;
+        vconn->flush_held  = 0;
         vconn->stall_held  = 0;
     }
 }
@@ -755,6 +769,7 @@ uct_remapring_vwire_publish_tail(remapring_wire_t *wire, uint64_t tail)
     if (room && (status == UCS_OK)) {
         ++vconn->imm_posted;
         vconn->tail_held  = 0; /* this tail covers a held one */
+        vconn->flush_held = 0;
         vconn->yield_held = 0; /* and it carried the yield */
     } else {
         uct_remapring_verbs(vconn->iface)->imm_stats.held += !vconn->tail_held;
@@ -791,6 +806,7 @@ static void uct_remapring_vwire_stalled(remapring_wire_t *wire)
     if (uct_remapring_vconn_send_tail(vconn, 1) == UCS_OK) {
         vconn->stall_sent = 1;
         vconn->tail_held  = 0;
+        vconn->flush_held = 0;
     }
 }
 
@@ -2859,7 +2875,9 @@ static ucs_status_t uct_remapring_vconn_flush(uct_remapring_vconn_t *vconn,
     ucs_status_t status;
 
     if (vconn->tail_held || vconn->stall_held) {
-        /* records the receiver cannot see before it acknowledges */
+        /* records the receiver cannot see before it acknowledges: the
+         * sends after this flush wait with it */
+        vconn->flush_held = vconn->tail_held;
         return UCS_ERR_NO_RESOURCE;
     }
 
@@ -3457,6 +3475,14 @@ uct_remapring_verbs_iface_release(uct_remapring_verbs_iface_t *verbs)
               " %u receive requests posted at most",
               verbs->dev->name, verbs->port_num, verbs->imm_stats.held,
               verbs->imm_stats.acks, verbs->srq_size);
+    if (verbs->tx_stats.records + verbs->tx_stats.tails > 0) {
+        ucs_debug("%s:%u sent: %" PRIu64 " record writes, %" PRIu64
+                  " tails alone, %" PRIu64 " markers; %" PRIu64 " requests"
+                  " signaled; the staging found full %" PRIu64 " times",
+                  verbs->dev->name, verbs->port_num, verbs->tx_stats.records,
+                  verbs->tx_stats.tails, verbs->tx_stats.markers,
+                  verbs->tx_stats.signaled, verbs->tx_stats.full);
+    }
     if (verbs->quiet_stats.asked > 0) {
         ucs_debug("%s:%u quiet rings: %" PRIu64 " asked to keep to IDLE_SLOTS,"
                   " %" PRIu64 " answered, %" PRIu64 " pages given back",
