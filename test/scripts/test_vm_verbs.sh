@@ -34,7 +34,9 @@
 #   pinned-pair  two guests on the 6.1 kernel
 # Skipped, with the reason, where the bed cannot be set up or qemu cannot
 # boot. VM_VERBS_PARTS (default "odp pair pinned pinned-pair") selects the
-# parts; VM_VERBS_SUITES=0 leaves UCX's suites out.
+# parts; VM_VERBS_SUITES=0 leaves UCX's suites out; VM_VERBS_ROUNDS
+# (default 5) is how many rounds of am_lat and am_bw bcopy the pairs run,
+# remaprdma and rc_verbs in turn, for the medians of their ratios.
 #
 . "$(dirname "$0")/common.sh"
 . "$(dirname "$0")/vm_host.sh"
@@ -74,6 +76,8 @@ if command -v mpicc.openmpi >/dev/null; then
         "$REMAPRING_SRCDIR/test/apps/mpi_pingpong.c" || fail "mpicc.openmpi"
 fi
 mpi=(-M)
+# the pairs' rounds of am_lat and am_bw bcopy, the transports in turn
+rounds=(-e "VM_VERBS_ROUNDS=${VM_VERBS_ROUNDS:-5}")
 job=("$jobs/verbs.sh")
 
 # UCX's UCT suites on rxe0 run in the one-guest boot, with the harness
@@ -114,11 +118,12 @@ for p in $parts; do
         one $p ;;
     pair)
         part pair -t 600 -m 3072 -2 -k odp "${modules[@]}" "${apps[@]}" \
+            "${rounds[@]}" \
             "${mpi[@]}" \
             "${job[@]}" pair odp "$rdma_module" /payload/apps ;;
     pinned-pair)
         part pinned-pair -t 600 -m 3072 -2 -k pinned "${modules[@]}" \
-            "${apps[@]}" \
+            "${apps[@]}" "${rounds[@]}" \
             "${mpi[@]}" "${job[@]}" pair pinned "$rdma_module" \
             /payload/apps ;;
     *)

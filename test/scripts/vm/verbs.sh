@@ -23,7 +23,11 @@
 #   device's limits the interface took and the RNR timer code (14: 1 ms)
 #   pair: UCT am_lat (short, 8 B), am_bw (bcopy and zcopy, 8000 B:
 #   rc_verbs' largest zcopy is its 8 KiB segment) and put_bw (zcopy 64 KiB)
-#   over remaprdma and over rc_verbs, ratios printed; UCP tag_lat (8 B),
+#   over remaprdma and over rc_verbs, am_lat and am_bw bcopy (2000
+#   messages) in VM_VERBS_ROUNDS (5) rounds, the transports in turn; the
+#   ratios of the medians printed, with rxe0's packets per iteration and
+#   whether the targets (latency <= 1.0, bcopy >= 1.0) were met; UCP
+#   tag_lat (8 B),
 #   tag_bw (1 MiB) and ucp_am_bw (32 KiB) over remaprdma,self and over
 #   tcp,self, ratios printed; the lanes UCP chose
 #   a receiver killed while the sender streams: the sender fails within a
@@ -109,26 +113,38 @@ run() {
         { echo "   $(vm_rxe_counters)"; return 1; }
 }
 
-# figure NAME TEST COLUMN: perftest's Final line, column 3 (median
-# latency, us) or 7 (bandwidth, MB/s), kept for the ratios
+# figure NAME TEST COLUMN [PKTS]: perftest's Final line, column 3 (median
+# latency, us) or 7 (bandwidth, MB/s), kept for the ratios, with the
+# packets rxe0 sent and received per iteration while it ran (PKTS)
 figure() {
     local v
     [ -n "$client" ] || return 0
     v=$(awk -v c="$3" '/^Final:/ { print $c }' "/tmp/$1.out" 2>/dev/null)
     [ -n "$v" ] || { bad "$1: no figure"; return 0; }
-    echo "$2 $1 $v" >> $figures
+    echo "$2 $1 $v ${4:--}" >> $figures
+}
+
+# rxe_pkts: the packets rxe0 sent and received so far
+rxe_pkts() {
+    local d=/sys/class/infiniband/rxe0/ports/1/hw_counters
+    echo $(( $(cat $d/sent_pkts 2>/dev/null || echo 0) +
+             $(cat $d/rcvd_pkts 2>/dev/null || echo 0) ))
 }
 
 port=13400
-# uct LABEL TEST TL COL ARGS...: a UCT test over TL
+# uct LABEL TEST TL COL ITERS ARGS...: a UCT test over TL, ITERS
+# iterations after a tenth as many to warm up
 uct() {
-    local label=$1 test=$2 tl=$3 col=$4 name
-    shift 4
+    local label=$1 test=$2 tl=$3 col=$4 iters=$5 name pkts
+    shift 5
     name=${label}_${tl}_$port
     port=$((port + 1))
+    pkts=$(rxe_pkts)
     if run "$name" "$port" "${rr[@]}" ucx_perftest -t "$test" -x "$tl" \
-            -d rxe0:1 -p "$port" "$@"; then
-        figure "$name" "$label/$tl" "$col"
+            -d rxe0:1 -p "$port" -n "$iters" -w $((iters / 10)) "$@"; then
+        figure "$name" "$label/$tl" "$col" \
+            "$(awk -v p=$(( $(rxe_pkts) - pkts )) -v n=$((iters + iters / 10)) \
+                   'BEGIN { printf "%.2f", p / n }')"
     else
         bad "$label over $tl"
     fi
@@ -158,12 +174,21 @@ ucp() {
 # the figures between two guests (in one, the loopback would only repeat
 # them at the cost of a minute under TCG)
 if [ "$where" = pair ]; then
-    vm_note "UCT, remaprdma and rc_verbs"
-    for tl in remaprdma rc_verbs; do
-        uct am_lat am_lat $tl 3 -s 8 -n 300 -w 30
-        uct am_bw_bcopy am_bw $tl 7 -D bcopy -s 8000 -n 300 -w 30
-        uct am_bw_zcopy am_bw $tl 7 -D zcopy -s 8000 -n 300 -w 30
-        uct put_bw put_bw $tl 7 -D zcopy -s 65536 -n 200 -w 20
+    # am_lat and am_bw bcopy, the figures compared: ROUNDS rounds, the
+    # two transports in turn (the one that goes first alternates), so that
+    # a slow spell of the emulation falls on both; the others once
+    rounds=${VM_VERBS_ROUNDS:-5}
+    vm_note "UCT, remaprdma and rc_verbs, $rounds rounds in turn"
+    for ((round = 1; round <= rounds; ++round)); do
+        order="remaprdma rc_verbs"
+        [ $((round % 2)) = 1 ] || order="rc_verbs remaprdma"
+        for tl in $order; do
+            uct am_lat am_lat $tl 3 300 -s 8
+            uct am_bw_bcopy am_bw $tl 7 2000 -D bcopy -s 8000
+            [ $round = 1 ] || continue
+            uct am_bw_zcopy am_bw $tl 7 300 -D zcopy -s 8000
+            uct put_bw put_bw $tl 7 200 -D zcopy -s 65536
+        done
     done
 
     vm_note "UCP, remaprdma,self and tcp,self"
@@ -174,21 +199,43 @@ if [ "$where" = pair ]; then
     done
 
     if [ -n "$client" ]; then
-        vm_note "ratios, remaprdma to the other transport in this boot"
-        awk '{ split($1, k, "/"); v[$1] = $3; t[k[1]] = 1 }
+        vm_note "ratios, remaprdma to the other transport in this boot" \
+                "(medians of the runs; packets: rxe0's sent and received" \
+                "per iteration, medians)"
+        awk 'function median(key, a, n, i, j, x) {
+                 n = split(runs[key], a, " ")
+                 for (i = 2; i <= n; ++i)  # insertion sort, n is small
+                     for (j = i; j > 1 && a[j - 1] + 0 > a[j] + 0; --j) {
+                         x = a[j]; a[j] = a[j - 1]; a[j - 1] = x
+                     }
+                 return (n % 2) ? a[(n + 1) / 2] : (a[n / 2] + a[n / 2 + 1]) / 2
+             }
+             { runs[$1] = runs[$1] " " $3; count[$1]++
+               if ($4 != "-") pkts[$1] = pkts[$1] " " $4 }
              END {
                  split("am_lat am_bw_bcopy am_bw_zcopy put_bw tag_lat tag_bw" \
                        " ucp_am_bw", order)
                  for (i = 1; i in order; ++i) {
                      n = order[i]
                      other = (n ~ /^(tag|ucp)/) ? "tcp" : "rc_verbs"
-                     if (!((n "/remaprdma") in v) || !((n "/" other) in v))
+                     a = n "/remaprdma"; b = n "/" other
+                     if (!(a in runs) || !(b in runs))
                          continue
                      unit = (n ~ /lat/) ? "us" : "MB/s"
+                     ma = median(a); mb = median(b)
                      printf "   %-11s remaprdma %10.2f %s, %-8s %10.2f %s," \
-                            " ratio %.2f\n", n, v[n "/remaprdma"], unit, other,
-                            v[n "/" other], unit,
-                            v[n "/remaprdma"] / v[n "/" other]
+                            " ratio %.2f (runs: %d each)", n, ma, unit, other,
+                            mb, unit, ma / mb, count[a]
+                     if ((a in pkts) && (b in pkts)) {
+                         runs["p" a] = pkts[a]; runs["p" b] = pkts[b]
+                         printf "; packets %.2f and %.2f", median("p" a),
+                                median("p" b)
+                     }
+                     if (n == "am_lat")
+                         printf "; target <= 1.0: %s", (ma <= mb) ? "met" : "not met"
+                     if (n == "am_bw_bcopy")
+                         printf "; target >= 1.0: %s", (ma >= mb) ? "met" : "not met"
+                     printf "\n"
                  }
              }' $figures
         sed 's/^/   figure: /' $figures
