@@ -712,6 +712,14 @@ static uint32_t uct_remapring_vconn_tail_imm(const uct_remapring_vconn_t *vconn,
            (vconn->yield_held ? UCT_REMAPRING_VERBS_IMM_YIELD : 0);
 }
 
+/* A tail went (or a later one that covers it): nothing of ours is held
+ * for the receiver's acknowledgement any more, nor a flush behind it */
+static void uct_remapring_vconn_tail_went(uct_remapring_vconn_t *vconn)
+{
+    vconn->tail_held  = 0;
+    vconn->flush_held = 0;
+}
+
 /* The tail, and the stall and the yield if they wait, as the immediate of
  * an empty write */
 static ucs_status_t uct_remapring_vconn_send_tail(uct_remapring_vconn_t *vconn,
@@ -739,9 +747,8 @@ static void uct_remapring_tx_vconn_release_tail(uct_remapring_vconn_t *vconn)
         (vconn->sq_avail >= 2) && uct_remapring_vconn_imm_room(vconn) &&
         (uct_remapring_vconn_send_tail(vconn, vconn->stall_held) == UCS_OK)) {
         vconn->stall_sent |= vconn->stall_held;
-        vconn->tail_held   = 0;
-        vconn->flush_held  = 0;
         vconn->stall_held  = 0;
+        uct_remapring_vconn_tail_went(vconn);
     }
 }
 
@@ -768,8 +775,7 @@ uct_remapring_vwire_publish_tail(remapring_wire_t *wire, uint64_t tail)
     vconn->tail = tail;
     if (room && (status == UCS_OK)) {
         ++vconn->imm_posted;
-        vconn->tail_held  = 0; /* this tail covers a held one */
-        vconn->flush_held = 0;
+        uct_remapring_vconn_tail_went(vconn); /* it covers a held one */
         vconn->yield_held = 0; /* and it carried the yield */
     } else {
         uct_remapring_verbs(vconn->iface)->imm_stats.held += !vconn->tail_held;
@@ -805,8 +811,7 @@ static void uct_remapring_vwire_stalled(remapring_wire_t *wire)
 
     if (uct_remapring_vconn_send_tail(vconn, 1) == UCS_OK) {
         vconn->stall_sent = 1;
-        vconn->tail_held  = 0;
-        vconn->flush_held = 0;
+        uct_remapring_vconn_tail_went(vconn);
     }
 }
 
