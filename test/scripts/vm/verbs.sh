@@ -504,9 +504,17 @@ if [ -n "$apps" ] && [ "$where" = one ]; then
         sleep 1 # the traffic runs
         attacks=0
         while read -r addr id; do
-            "$apps/rdma_rogue" -a "${addr%:*}" -p "${addr##*:}" -i "$id" \
-                > /tmp/rogue 2>&1
-            st=$?
+            # refused for MAX_CONNS (-21): ucp_hold's connections while
+            # UCP wires up, and the ones it closed until their QPs are
+            # gone, fill the interface for a moment; again a second later
+            for ((i = 0; i < 5; ++i)); do
+                "$apps/rdma_rogue" -a "${addr%:*}" -p "${addr##*:}" \
+                    -i "$id" > /tmp/rogue 2>&1
+                st=$?
+                grep -q 'did not accept (status -21,' /tmp/rogue || break
+                sed 's/^/   rogue (full, again in 1 s): /' /tmp/rogue
+                sleep 1
+            done
             sed 's/^/   rogue: /' /tmp/rogue
             [ $st -eq 0 ] && attacks=$((attacks + 1)) ||
                 bad "a hostile sender against $addr: status $st"
