@@ -59,6 +59,13 @@ vm_rxe_counters() {
     echo "rxe0:$line"
 }
 
+# vm_rxe_pkts: the packets rxe0 sent and received so far
+vm_rxe_pkts() {
+    local d=/sys/class/infiniband/rxe0/ports/1/hw_counters
+    echo $(( $(cat $d/sent_pkts 2>/dev/null || echo 0) +
+             $(cat $d/rcvd_pkts 2>/dev/null || echo 0) ))
+}
+
 # vm_show NAME ROLE FILE: a command's output, each line under its name
 vm_show() {
     sed "s/^/   $1 $2: /" "$3"

@@ -27,9 +27,8 @@
 #   messages) in VM_VERBS_ROUNDS (5) rounds, the transports in turn; the
 #   ratios of the medians printed, with rxe0's packets per iteration and
 #   whether the targets (latency <= 1.0, bcopy >= 1.0) were met; UCP
-#   tag_lat (8 B),
-#   tag_bw (1 MiB) and ucp_am_bw (32 KiB) over remaprdma,self and over
-#   tcp,self, ratios printed; the lanes UCP chose
+#   tag_lat (8 B), tag_bw (1 MiB) and ucp_am_bw (32 KiB) over
+#   remaprdma,self and over tcp,self, ratios printed; the lanes UCP chose
 #   a receiver killed while the sender streams: the sender fails within a
 #   second (one guest)
 #   the memory (resident, pinned) of a server and a client connected over
@@ -124,12 +123,6 @@ figure() {
     echo "$2 $1 $v ${4:--}" >> $figures
 }
 
-# rxe_pkts: the packets rxe0 sent and received so far
-rxe_pkts() {
-    local d=/sys/class/infiniband/rxe0/ports/1/hw_counters
-    echo $(( $(cat $d/sent_pkts 2>/dev/null || echo 0) +
-             $(cat $d/rcvd_pkts 2>/dev/null || echo 0) ))
-}
 
 port=13400
 # uct LABEL TEST TL COL ITERS ARGS...: a UCT test over TL, ITERS
@@ -139,11 +132,11 @@ uct() {
     shift 5
     name=${label}_${tl}_$port
     port=$((port + 1))
-    pkts=$(rxe_pkts)
+    pkts=$(vm_rxe_pkts)
     if run "$name" "$port" "${rr[@]}" ucx_perftest -t "$test" -x "$tl" \
             -d rxe0:1 -p "$port" -n "$iters" -w $((iters / 10)) "$@"; then
         figure "$name" "$label/$tl" "$col" \
-            "$(awk -v p=$(( $(rxe_pkts) - pkts )) -v n=$((iters + iters / 10)) \
+            "$(awk -v p=$(( $(vm_rxe_pkts) - pkts )) -v n=$((iters + iters / 10)) \
                    'BEGIN { printf "%.2f", p / n }')"
     else
         bad "$label over $tl"
@@ -202,8 +195,8 @@ if [ "$where" = pair ]; then
         vm_note "ratios, remaprdma to the other transport in this boot" \
                 "(medians of the runs; packets: rxe0's sent and received" \
                 "per iteration, medians)"
-        awk 'function median(key, a, n, i, j, x) {
-                 n = split(runs[key], a, " ")
+        awk 'function median(list, a, n, i, j, x) {
+                 n = split(list, a, " ")
                  for (i = 2; i <= n; ++i)  # insertion sort, n is small
                      for (j = i; j > 1 && a[j - 1] + 0 > a[j] + 0; --j) {
                          x = a[j]; a[j] = a[j - 1]; a[j - 1] = x
@@ -222,15 +215,13 @@ if [ "$where" = pair ]; then
                      if (!(a in runs) || !(b in runs))
                          continue
                      unit = (n ~ /lat/) ? "us" : "MB/s"
-                     ma = median(a); mb = median(b)
+                     ma = median(runs[a]); mb = median(runs[b])
                      printf "   %-11s remaprdma %10.2f %s, %-8s %10.2f %s," \
                             " ratio %.2f (runs: %d each)", n, ma, unit, other,
                             mb, unit, ma / mb, count[a]
-                     if ((a in pkts) && (b in pkts)) {
-                         runs["p" a] = pkts[a]; runs["p" b] = pkts[b]
-                         printf "; packets %.2f and %.2f", median("p" a),
-                                median("p" b)
-                     }
+                     if ((a in pkts) && (b in pkts))
+                         printf "; packets %.2f and %.2f", median(pkts[a]),
+                                median(pkts[b])
                      if (n == "am_lat")
                          printf "; target <= 1.0: %s", (ma <= mb) ? "met" : "not met"
                      if (n == "am_bw_bcopy")
