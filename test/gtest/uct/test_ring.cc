@@ -506,6 +506,50 @@ ring_count_errors(const char *file, unsigned line, const char *function,
 /* Blocks past REMAPRING_RING_BLOCK_MAX: a record's length, a PAD's
  * and the info's block size are 32-bit (a 4 GiB block passed the settings
  * check and read as 0 at the sender; found by contrib/fuzz/fuzz_settings) */
+/* remapring_wire_copy() copies every byte and no other, on both of its ways:
+ * memcpy, and non-temporal stores where the destination lands 1 to 63
+ * bytes past the source modulo a page (from 2 KiB) */
+TEST(test_ring_wire, copy_every_distance)
+{
+    static const size_t sizes[] = {0,    1,    63,   64,   2047,
+                                   2048, 2049, 4109, 65536, 131077};
+    static const size_t dists[] = {0, 1, 8, 40, 63, 64, 104, 4000, 4095};
+    const size_t guard          = 128;
+    const size_t room           = 131077 + 3 * 4096;
+    std::vector<uint8_t> src(room), dst(room + 2 * guard);
+    size_t src_off, dst_off, size, i;
+
+    for (i = 0; i < src.size(); ++i) {
+        src[i] = (uint8_t)(i * 131 + 7);
+    }
+
+    /* src_off 0 to 63 by 13: sources on every alignment */
+    for (src_off = 0; src_off < 64; src_off += 13) {
+        const uint8_t *from = src.data() + src_off;
+        for (size_t dist : dists) {
+            for (size_t sz : sizes) {
+                uint8_t *base = dst.data() + guard;
+                size          = sz;
+                /* the destination, from the page offset of the source */
+                dst_off = ((((uintptr_t)from + dist) & 4095) -
+                           ((uintptr_t)base & 4095)) & 4095;
+                std::fill(dst.begin(), dst.end(), 0xa5);
+                remapring_wire_copy(base + dst_off, from, size);
+                ASSERT_EQ(dist, ((uintptr_t)(base + dst_off) -
+                                 (uintptr_t)from) & 4095);
+                ASSERT_EQ(0, memcmp(base + dst_off, from, size))
+                        << "size " << size << " distance " << dist;
+                for (i = 0; i < guard + dst_off; ++i) {
+                    ASSERT_EQ(0xa5, dst[i]) << "before, size " << size;
+                }
+                for (i = guard + dst_off + size; i < dst.size(); ++i) {
+                    ASSERT_EQ(0xa5, dst[i]) << "after, size " << size;
+                }
+            }
+        }
+    }
+}
+
 TEST(test_ring_geometry, block_size_max)
 {
     remapring_ring_layout_t layout;

@@ -92,7 +92,8 @@ static UCS_F_ALWAYS_INLINE ucs_status_t uct_remapring_ep_send_iov_ready(
     /* an empty piece may have no buffer: memcpy must not see it */
     for (i = 0, pos = 0; i < iovcnt; ++i) {
         if (iov[i].iov_len != 0) {
-            memcpy(d.payload + pos, iov[i].iov_base, iov[i].iov_len);
+            remapring_wire_copy(d.payload + pos, iov[i].iov_base,
+                                iov[i].iov_len);
             pos += iov[i].iov_len;
         }
     }
@@ -142,7 +143,8 @@ static UCS_F_ALWAYS_INLINE ucs_status_t uct_remapring_ep_am_short_inl(
                        &ep->peer->writer, sizeof(header) + length, &d))) {
         memcpy(d.payload, &header, sizeof(header));
         if (length != 0) { /* no payload may come with no buffer */
-            memcpy(d.payload + sizeof(header), payload, length);
+            remapring_wire_copy(d.payload + sizeof(header), payload,
+                                length);
         }
         remapring_ring_writer_direct_commit(&ep->peer->writer, &d, id,
                                             sizeof(header) + length);
