@@ -1974,16 +1974,22 @@ protected:
         ASSERT_EQ(m_ring->window_size, m_ring->grant);
     }
 
-    /* What a quiet ring keeps: two slots from the credited one */
+    /* What a quiet ring keeps: its quiet grant (one slot here) from the
+     * credited one */
+    unsigned quiet_slots() const
+    {
+        return 1;
+    }
+
     uint64_t quiet_limit() const
     {
-        return m_ring->credited + 2 * m_cfg.block_size;
+        return m_ring->credited + quiet_slots() * m_cfg.block_size;
     }
 };
 
 
-/* A quiet ring asks for all but two slots back; the writer answers, the
- * reader takes them back, and traffic goes on, growing the grant again */
+/* A quiet ring asks for all but its quiet grant back; the writer answers,
+ * the reader takes them back, and traffic goes on, growing the grant again */
 TEST_F(test_ring_reclaim, quiet_ring_gives_back)
 {
     init_reclaim();
@@ -2003,9 +2009,9 @@ TEST_F(test_ring_reclaim, quiet_ring_gives_back)
     EXPECT_EQ(0, remapring_ring_writer_yield(&m_writer)) << "answered";
     EXPECT_EQ(quiet_limit(), m_writer.limit);
     EXPECT_FALSE(recv(false));
-    EXPECT_EQ(2u, backed_slots(m_ring));
-    EXPECT_EQ(m_cfg.nslots - 2, ring_stats().nreclaimed);
-    EXPECT_EQ(free_before + m_cfg.nslots - 2, pool_stats().nfree);
+    EXPECT_EQ(quiet_slots(), backed_slots(m_ring));
+    EXPECT_EQ(m_cfg.nslots - quiet_slots(), ring_stats().nreclaimed);
+    EXPECT_EQ(free_before + m_cfg.nslots - quiet_slots(), pool_stats().nfree);
     for (unsigned i = 0; i < m_cfg.nslots; ++i) {
         EXPECT_EQ(m_ring->slots[i], m_shared_slots[i]) << "slot " << i;
     }
@@ -2016,6 +2022,66 @@ TEST_F(test_ring_reclaim, quiet_ring_gives_back)
 
     /* traffic again, every record whole */
     burst_to_full_window();
+    EXPECT_EQ(m_send_seq, m_recv_seq);
+}
+
+/* A grant of one slot that cannot grow (the pool has less than two windows
+ * free): a record that needs the next slot goes out of credit, and the
+ * writer writes the PAD to the slot's end alone, so that the reader's head
+ * leaves the slot and the reader credits the next one. Without that PAD the
+ * reader waited for the head to leave and the writer for credit, forever
+ * (UCX_REMAPRING_IDLE_SLOTS=1 under MPI held that way) */
+TEST_F(test_ring, one_slot_grant_pads_out)
+{
+    config cfg;
+    cfg.nslots      = 8;
+    cfg.init_blocks = 8;
+    cfg.max_blocks  = 10;
+    cfg.shm         = true;
+    cfg.commit      = REMAPRING_RING_COMMIT_STAMP;
+    cfg.grant_min   = 1;
+    init(cfg);
+
+    size_t big = capacity() * 3 / 5;
+    for (int i = 0; i < 20; ++i) {
+        ucs_status_t status = send(big);
+        if (status == UCS_ERR_NO_RESOURCE) {
+            ASSERT_EQ(0u, m_writer.tail & (cfg.block_size - 1))
+                    << "the PAD went alone, lap " << i;
+            drain();
+            status = send(big);
+        }
+        ASSERT_EQ(UCS_OK, status) << "lap " << i;
+    }
+    drain();
+    EXPECT_EQ(m_send_seq, m_recv_seq);
+    EXPECT_GT(m_writer.stats.npads, 0u);
+}
+
+/* A quiet ring keeps one slot: a record larger than what is left of it
+ * below the bound is refused for credit and counted as a stall, and the
+ * reader's next look at the empty ring grows the grant: the record goes */
+TEST_F(test_ring_reclaim, record_past_the_quiet_grant)
+{
+    init_reclaim();
+    burst_to_full_window();
+    remapring_ring_idle(m_ring);
+    EXPECT_FALSE(recv(false)); /* sees the burst's stalls */
+    EXPECT_EQ(1, remapring_ring_writer_yield(&m_writer));
+    EXPECT_FALSE(recv(false));
+    ASSERT_EQ(quiet_slots(), backed_slots(m_ring));
+
+    size_t left = m_writer.limit - m_writer.tail;
+    size_t big  = remapring_ring_writer_max_payload(&m_writer);
+    ASSERT_GT(big + 64, left) << "the test needs a record past the bound";
+    uint64_t stalls = m_ctl->stalls;
+    EXPECT_EQ(UCS_ERR_NO_RESOURCE, send(big));
+    EXPECT_GT(m_ctl->stalls, stalls) << "counted as a stall";
+
+    remapring_ring_flush_credits(m_ring);
+    EXPECT_GT(backed_slots(m_ring), quiet_slots());
+    ASSERT_EQ(UCS_OK, send(big));
+    drain();
     EXPECT_EQ(m_send_seq, m_recv_seq);
 }
 
@@ -2043,7 +2109,7 @@ TEST_F(test_ring_reclaim, writer_past_the_request)
     EXPECT_EQ(m_send_seq, m_recv_seq);
     EXPECT_GT(ring_stats().nreclaimed, 0u);
     /* the quiet grant stays past the credited slot, and is published */
-    EXPECT_EQ(m_ring->credited + 2 * m_cfg.block_size, m_ring->backed);
+    EXPECT_EQ(quiet_limit(), m_ring->backed);
     EXPECT_EQ(m_ring->backed, m_ctl->limit);
     burst_to_full_window();
     EXPECT_EQ(m_send_seq, m_recv_seq);

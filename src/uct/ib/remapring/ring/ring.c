@@ -75,12 +75,14 @@ remapring_ring_set_slot(remapring_ring_t *ring, unsigned slot, uint32_t block)
     }
 }
 
-/* What a quiet ring keeps when it reclaims: its quiet grant, and at least
- * two slots, so that any record fits past the head */
+/* What a quiet ring keeps when it reclaims: its quiet grant, at least the
+ * head's slot. A record that does not fit the rest of it makes the writer
+ * write the slot's PAD alone (remapring_ring_writer_pad_out()), and the
+ * reader credits the next slot once its head is past it */
 static inline uint64_t
 remapring_ring_reclaim_grant(const remapring_ring_t *ring)
 {
-    return ucs_max(ring->grant_min, 2 * ring->block_size);
+    return ucs_max(ring->grant_min, ring->block_size);
 }
 
 static void remapring_ring_publish(remapring_ring_t *ring)
@@ -892,6 +894,44 @@ remapring_ring_seg(remapring_wire_seg_t *seg, uint64_t offset,
     seg->commit = commit;
 }
 
+/* A record of @a length that must start at the next slot, with the limit
+ * at or before the end of this one (a grant of one slot): the PAD alone, so
+ * that the reader's head reaches the slot's end and the reader can credit
+ * the next slot. Without it neither would move: the reader credits a slot
+ * only once its head left it, and the writer writes a PAD only with the
+ * record behind it. */
+static ucs_status_t remapring_ring_writer_pad_out(remapring_ring_writer_t *writer,
+                                                  size_t length)
+{
+    uint64_t offset = writer->tail;
+    uint64_t room   = writer->block_size - (offset & (writer->block_size - 1));
+    remapring_wire_seg_t seg;
+    remapring_ring_hdr_t pad;
+    ucs_status_t status;
+
+    if ((room == writer->block_size) || (offset + room > writer->limit) ||
+        (offset + room + writer->block_size <= writer->limit) ||
+        (remapring_ring_record_size(&writer->layout, offset, length) <=
+         room)) {
+        return UCS_OK; /* none needed, none fits, or the record would fit */
+    }
+
+    remapring_ring_writer_hdr(writer, &pad, offset, REMAPRING_RING_REC_PAD,
+                              room, 0, 0);
+    remapring_ring_seg(&seg, offset, &pad, sizeof(pad), 1);
+    status = remapring_wire_write(writer->wire, &seg, 1);
+    if (status != UCS_OK) {
+        return status;
+    }
+
+    writer->tail = offset + room;
+    if (writer->commit == REMAPRING_RING_COMMIT_TAIL) {
+        remapring_wire_publish_tail(writer->wire, writer->tail);
+    }
+    writer->stats.npads++;
+    return UCS_OK;
+}
+
 ucs_status_t remapring_ring_writer_send(remapring_ring_writer_t *writer,
                                         uint8_t am_id, uint8_t flags,
                                         const struct iovec *iov, size_t iovcnt)
@@ -917,7 +957,8 @@ ucs_status_t remapring_ring_writer_send(remapring_ring_writer_t *writer,
 
     if (ucs_unlikely(!remapring_ring_writer_can_send(writer, length))) {
         writer->stats.nno_resource++;
-        return UCS_ERR_NO_RESOURCE;
+        status = remapring_ring_writer_pad_out(writer, length);
+        return (status == UCS_OK) ? UCS_ERR_NO_RESOURCE : status;
     }
 
     offset = writer->tail;
