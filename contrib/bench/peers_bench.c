@@ -29,6 +29,7 @@
 #define _GNU_SOURCE
 #endif
 
+#include <uct/ib/remapring/base/remapring_iface.h>
 #include <uct/ib/remapring/ring/ring_pool.h>
 
 #include <uct/api/uct.h>
@@ -119,6 +120,10 @@ peers_bench_open_iface(peers_bench_t *b, uct_worker_h worker,
         fprintf(stderr, "peers_bench: cannot read BLOCK_SIZE\n");
         uct_config_release(config);
         return UCS_ERR_INVALID_PARAM;
+    }
+
+    if (b->block_size == UCS_MEMUNITS_AUTO) {
+        b->block_size = UCT_REMAPRING_SM_BLOCK_SIZE_K * UCS_KBYTE;
     }
 
     params.field_mask = UCT_IFACE_PARAM_FIELD_OPEN_MODE |

@@ -333,7 +333,7 @@ TEST_F(test_uct_bad, invalid_settings)
     static const setting cases[] = {
         {"BLOCK_SIZE", "3000"},   {"BLOCK_SIZE", "1k"},
         {"BLOCK_SIZE", "96k"},    {"BLOCK_SIZE", "inf"},
-        {"BLOCK_SIZE", "auto"},   {"BLOCK_SIZE", "2g"},
+        {"IDLE_SLOTS", "0"},      {"BLOCK_SIZE", "2g"},
         {"BLOCK_SIZE", "4g"},     {"RING_SLOTS", "0"},
         {"RING_SLOTS", "1"},      {"RING_SLOTS", "3"},
         {"RING_SLOTS", "12"},     {"RING_SLOTS", "131072"},
@@ -341,7 +341,7 @@ TEST_F(test_uct_bad, invalid_settings)
         {"POOL_MAX", "auto"},     {"CREDIT_BATCH", "0"},
         {"CREDIT_BATCH", "9"},    {"MAX_PEERS", "0"},
         {"MAX_PEERS", "4097"},    {"MAX_SHORT", "4"},
-        {"MAX_SHORT", "128k"},    {"BW", "0MBs"},
+        {"MAX_SHORT", "256k"},    {"BW", "0MBs"},
         {"BW", "-5MBs"},          {"LATENCY", "inf"},
         {"OVERHEAD", "inf"},
     };
@@ -410,6 +410,19 @@ TEST_F(test_uct_bad, max_short_settings)
     EXPECT_EQ(4096u, small->attr.cap.am.max_short);
     EXPECT_EQ(3000u, set->attr.cap.am.max_short);
     EXPECT_EQ(dflt->attr.cap.am.max_short, dflt->attr.cap.put.max_short);
+}
+
+/* BLOCK_SIZE=auto is 256 KiB on this transport: a 128 KiB message goes in
+ * one record (UCP sends it eager); set, it is taken as given */
+TEST_F(test_uct_bad, block_size_auto)
+{
+    entity *dflt = nullptr, *set = nullptr;
+
+    ASSERT_EQ(UCS_OK, try_create_entity({}, 0, &dflt));
+    ASSERT_EQ(UCS_OK, try_create_entity({{"BLOCK_SIZE", "128k"}}, 0, &set));
+    EXPECT_GT(dflt->attr.cap.am.max_bcopy, 131072u + 64);
+    EXPECT_LE(dflt->attr.cap.am.max_bcopy, 262144u);
+    EXPECT_LT(set->attr.cap.am.max_bcopy, 131072u);
 }
 
 TEST_F(test_uct_bad, malformed_settings)

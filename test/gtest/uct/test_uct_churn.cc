@@ -3,11 +3,11 @@
  *
  * Endpoint churn is free: an endpoint created, used once and destroyed in a
  * loop, 10^5 times, to one receiver and round robin to several, leaves the
- * process with the file descriptors, mappings (VMAs) and receive pool
- * memory it had after the first rounds, and never runs out of connection
- * slots: every receiver accepts one sender only (MAX_PEERS=1), so each
- * round needs the slot the last one gave back. Counts are printed.
- * Under valgrind the loop is 10^3 rounds.
+ * process with the file descriptors, mappings (VMAs, give or take two)
+ * and receive pool memory it had after the first rounds, and never runs
+ * out of connection slots: every receiver accepts one sender only
+ * (MAX_PEERS=1), so each round needs the slot the last one gave back.
+ * Counts are printed. Under valgrind the loop is 10^3 rounds.
  */
 
 #include "common/uct_fixture.h"
@@ -34,9 +34,14 @@ struct usage {
     size_t vmas;
     size_t pool_bytes; /* the receive pools' memfds */
 
+    /* The same, but for a few VMAs: ring views are address space reserved
+     * anew for each connection, and where the kernel places the next one
+     * can split or join the free reservations around it (seen: one more
+     * after 10^5 rounds, the same bytes reserved). A leak per round would
+     * show thousands. */
     bool operator==(const usage &o) const
     {
-        return (fds == o.fds) && (vmas == o.vmas) &&
+        return (fds == o.fds) && (vmas <= o.vmas + 2) && (o.vmas <= vmas + 2) &&
                (pool_bytes == o.pool_bytes);
     }
 };

@@ -44,23 +44,30 @@ ucs_config_field_t uct_remapring_iface_config_table[] = {
      ucs_offsetof(uct_remapring_iface_config_t, super),
      UCS_CONFIG_TYPE_TABLE(uct_iface_config_table)},
 
-    {"BLOCK_SIZE", "128k",
+    {"BLOCK_SIZE", "auto",
      "Size of one receive pool block, which is also the size of one ring slot\n"
      "and the largest message carried in one record: UCP sends eager up to\n"
      "about this size, and by rendezvous above it. A power of two, at least\n"
      "the system page size and at most "
-     UCT_REMAPRING_STR(UCT_REMAPRING_BLOCK_SIZE_MAX_G, "g") ".",
+     UCT_REMAPRING_STR(UCT_REMAPRING_BLOCK_SIZE_MAX_G, "g") "; auto: "
+     UCT_REMAPRING_STR(UCT_REMAPRING_SM_BLOCK_SIZE_K, "k") " on the\n"
+     "shared-memory transport (remapring), where a 128 KiB message then goes\n"
+     "eager in one record, "
+     UCT_REMAPRING_STR(UCT_REMAPRING_RDMA_BLOCK_SIZE_K, "k") " on the RDMA transport\n"
+     "(remaprdma), whose pinned staging and idle window grow with it.",
      ucs_offsetof(uct_remapring_iface_config_t, block_size),
      UCS_CONFIG_TYPE_MEMUNITS},
 
-    {"RING_SLOTS", "8",
+    {"RING_SLOTS", "auto",
      "Number of slots in the ring window each connected sender writes into;\n"
      "the window is RING_SLOTS * BLOCK_SIZE bytes of address space. A power\n"
      "of two between " UCS_PP_MAKE_STRING(UCT_REMAPRING_RING_SLOTS_MIN)
      " and " UCS_PP_MAKE_STRING(REMAPRING_RING_SLOTS_MAX) ". Each remapped\n"
-     "slot costs one VMA, counted against vm.max_map_count.",
+     "slot costs one VMA, counted against vm.max_map_count. auto: 4 with\n"
+     "blocks of " UCT_REMAPRING_STR(UCT_REMAPRING_IDLE_BYTES_K, "k") " or more, else 8 (a 1 MiB window with the\n"
+     "default blocks of either transport).",
      ucs_offsetof(uct_remapring_iface_config_t, ring_slots),
-     UCS_CONFIG_TYPE_UINT},
+     UCS_CONFIG_TYPE_ULUNITS},
 
     {"POOL_MAX", "1g",
      "Largest memory the receive pool of one interface may use. A connected\n"
@@ -73,21 +80,23 @@ ucs_config_field_t uct_remapring_iface_config_table[] = {
      ucs_offsetof(uct_remapring_iface_config_t, pool_max),
      UCS_CONFIG_TYPE_MEMUNITS},
 
-    {"IDLE_SLOTS", "2",
-     "Ring slots granted to a sender on the shm wire while it is quiet: what\n"
-     "an idle connected sender holds of the pool (at least 2). Each time the\n"
-     "sender runs out of credit its grant doubles, up to RING_SLOTS, while\n"
-     "the pool has room; when its ring goes quiet the receiver asks for the\n"
-     "slots past this grant back, and the sender gives them back from its\n"
-     "progress. A power of two between 1 and RING_SLOTS.",
+    {"IDLE_SLOTS", "auto",
+     "Ring slots granted to a sender while it is quiet: what an idle\n"
+     "connected sender holds of the pool. Each time the sender runs out of\n"
+     "credit its grant doubles, up to RING_SLOTS, while the pool has room;\n"
+     "when its ring goes quiet the receiver asks for the slots past this\n"
+     "grant back, and the sender gives them back from its progress. A power\n"
+     "of two between 1 and RING_SLOTS; auto: 1 with blocks of "
+     UCT_REMAPRING_STR(UCT_REMAPRING_IDLE_BYTES_K, "k") " or more,\n"
+     "else 2 (" UCT_REMAPRING_STR(UCT_REMAPRING_IDLE_BYTES_K, "k") " with the default blocks of either transport).",
      ucs_offsetof(uct_remapring_iface_config_t, idle_slots),
-     UCS_CONFIG_TYPE_UINT},
+     UCS_CONFIG_TYPE_ULUNITS},
 
-    {"CREDIT_BATCH", "4",
+    {"CREDIT_BATCH", "auto",
      "Number of ring slots the receiver consumes before it returns them to\n"
-     "the sender as credit. Between 1 and RING_SLOTS / 2.",
+     "the sender as credit. Between 1 and RING_SLOTS / 2; auto: RING_SLOTS / 2.",
      ucs_offsetof(uct_remapring_iface_config_t, credit_batch),
-     UCS_CONFIG_TYPE_UINT},
+     UCS_CONFIG_TYPE_ULUNITS},
 
     {"FOLD_PAGES", "0",
      "Pages of kept messages the receive pool may fold at a time; 0 (the\n"
@@ -170,6 +179,30 @@ ucs_config_field_t uct_remapring_iface_config_table[] = {
     ucs_error("UCX_REMAPRING_" _name "=" _fmt " must be " _rule, _value,       \
               ##__VA_ARGS__)
 
+void uct_remapring_iface_config_resolve(uct_remapring_iface_config_t *config,
+                                       size_t block_size_auto)
+{
+    int large;
+
+    if (config->block_size == UCS_MEMUNITS_AUTO) {
+        config->block_size = block_size_auto;
+    }
+
+    /* the same memory as 128 KiB blocks gave: a 1 MiB window, 256 KiB idle */
+    large = config->block_size >= UCT_REMAPRING_IDLE_BYTES_K * UCS_KBYTE;
+    if (config->ring_slots == UCS_ULUNITS_AUTO) {
+        config->ring_slots = large ? 4 : 8;
+    }
+
+    if (config->credit_batch == UCS_ULUNITS_AUTO) {
+        config->credit_batch = ucs_max(config->ring_slots / 2, (size_t)1);
+    }
+
+    if (config->idle_slots == UCS_ULUNITS_AUTO) {
+        config->idle_slots = large ? 1 : 2;
+    }
+}
+
 ucs_status_t
 uct_remapring_iface_config_check(const uct_remapring_iface_config_t *config)
 {
@@ -190,7 +223,7 @@ uct_remapring_iface_config_check(const uct_remapring_iface_config_t *config)
     if ((config->ring_slots < UCT_REMAPRING_RING_SLOTS_MIN) ||
         !ucs_is_pow2(config->ring_slots) ||
         (config->ring_slots > REMAPRING_RING_SLOTS_MAX)) {
-        UCT_REMAPRING_CONFIG_BAD("RING_SLOTS", "%u", config->ring_slots,
+        UCT_REMAPRING_CONFIG_BAD("RING_SLOTS", "%zu", config->ring_slots,
                                  "a power of two between %d and %d",
                                  UCT_REMAPRING_RING_SLOTS_MIN,
                                  REMAPRING_RING_SLOTS_MAX);
@@ -224,17 +257,17 @@ uct_remapring_iface_config_check(const uct_remapring_iface_config_t *config)
 
     if ((config->idle_slots < 1) || !ucs_is_pow2(config->idle_slots) ||
         (config->idle_slots > config->ring_slots)) {
-        UCT_REMAPRING_CONFIG_BAD("IDLE_SLOTS", "%u", config->idle_slots,
+        UCT_REMAPRING_CONFIG_BAD("IDLE_SLOTS", "%zu", config->idle_slots,
                                  "a power of two between 1 and RING_SLOTS"
-                                 " (%u)",
+                                 " (%zu)",
                                  config->ring_slots);
         return UCS_ERR_INVALID_PARAM;
     }
 
     if ((config->credit_batch < 1) ||
         (config->credit_batch > config->ring_slots / 2)) {
-        UCT_REMAPRING_CONFIG_BAD("CREDIT_BATCH", "%u", config->credit_batch,
-                                 "between 1 and RING_SLOTS / 2 (%u)",
+        UCT_REMAPRING_CONFIG_BAD("CREDIT_BATCH", "%zu", config->credit_batch,
+                                 "between 1 and RING_SLOTS / 2 (%zu)",
                                  config->ring_slots / 2);
         return UCS_ERR_INVALID_PARAM;
     }

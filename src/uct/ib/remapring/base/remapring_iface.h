@@ -53,6 +53,17 @@ REMAPRING_API_BEGIN
 #define UCT_REMAPRING_AM_ALIGN_MAX     4096
 #define UCT_REMAPRING_AM_ALIGN_SHARE   32
 
+/** BLOCK_SIZE's auto, in KiB: the shared-memory transport's, where a 128 KiB
+ *  message goes eager in one record, and the RDMA transport's, whose pinned
+ *  staging and idle window grow with the block (uct_remapring_iface_config_
+ *  resolve()) */
+#define UCT_REMAPRING_SM_BLOCK_SIZE_K   256
+#define UCT_REMAPRING_RDMA_BLOCK_SIZE_K 128
+
+/** From blocks of this many KiB, RING_SLOTS's auto is 4 and IDLE_SLOTS's 1,
+ *  else 8 and 2: a 1 MiB window and 256 KiB idle */
+#define UCT_REMAPRING_IDLE_BYTES_K 256
+
 /** Largest am_zcopy header, and pieces of an am_zcopy/put/get iov */
 #define UCT_REMAPRING_AM_MAX_HDR 128
 #define UCT_REMAPRING_MAX_IOV    ((size_t)REMAPRING_RING_MAX_IOV - 1)
@@ -76,10 +87,10 @@ REMAPRING_API_BEGIN
 typedef struct uct_remapring_iface_config {
     uct_iface_config_t super;
     size_t block_size; /* pool block and ring slot */
-    unsigned ring_slots; /* slots per sender's window */
+    size_t ring_slots; /* slots per sender's window */
     size_t pool_max; /* upper bound of the pool */
-    unsigned credit_batch; /* slots released per credit */
-    unsigned idle_slots; /* granted to a quiet sender */
+    size_t credit_batch; /* slots released per credit */
+    size_t idle_slots; /* granted to a quiet sender */
     size_t max_short; /* largest am_short payload */
     size_t rx_inline; /* delivered to be copied */
     size_t rx_copy; /* ... out of a copy it may keep */
@@ -229,8 +240,19 @@ UCS_CLASS_DECLARE(uct_remapring_iface_t,
 
 
 /**
- * Check the shared settings; logs and returns UCS_ERR_INVALID_PARAM naming
- * the first bad one.
+ * Make the auto settings of @a config the transport's: BLOCK_SIZE
+ * @a block_size_auto; with blocks of UCT_REMAPRING_IDLE_BYTES_K KiB or more
+ * RING_SLOTS 4 and IDLE_SLOTS 1, else 8 and 2; CREDIT_BATCH RING_SLOTS / 2.
+ * A transport resolves a copy of its configuration before it checks it and
+ * opens its interface with it.
+ */
+void uct_remapring_iface_config_resolve(uct_remapring_iface_config_t *config,
+                                       size_t block_size_auto);
+
+
+/**
+ * Check the shared settings, resolved; logs and returns UCS_ERR_INVALID_PARAM
+ * naming the first bad one.
  */
 ucs_status_t
 uct_remapring_iface_config_check(const uct_remapring_iface_config_t *config);

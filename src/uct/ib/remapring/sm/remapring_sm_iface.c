@@ -133,9 +133,12 @@ _Static_assert((UCT_REMAPRING_CHECK_PERIOD % UCT_REMAPRING_YIELD_PERIOD) == 0,
 ucs_status_t uct_remapring_sm_iface_config_check(
         const uct_remapring_sm_iface_config_t *config)
 {
+    uct_remapring_iface_config_t shared = config->super;
     ucs_status_t status;
 
-    status = uct_remapring_iface_config_check(&config->super);
+    uct_remapring_iface_config_resolve(&shared, UCT_REMAPRING_SM_BLOCK_SIZE_K *
+                                                        UCS_KBYTE);
+    status = uct_remapring_iface_config_check(&shared);
     if (status != UCS_OK) {
         return status;
     }
@@ -507,14 +510,19 @@ static UCS_CLASS_INIT_FUNC(uct_remapring_sm_iface_t, uct_md_h md,
                            const uct_iface_params_t *params,
                            const uct_iface_config_t *tl_config)
 {
-    const uct_remapring_sm_iface_config_t *config =
-            ucs_derived_of(tl_config, uct_remapring_sm_iface_config_t);
+    uct_remapring_sm_iface_config_t resolved =
+            *ucs_derived_of(tl_config, uct_remapring_sm_iface_config_t);
+    const uct_remapring_sm_iface_config_t *config = &resolved;
     uct_remapring_iface_init_params_t init = {
             .tl_ops      = &uct_remapring_sm_iface_tl_ops,
             .ops         = &uct_remapring_sm_iface_ops,
             .pool_pin_cb = NULL};
     ucs_status_t status;
 
+    /* the settings this interface opens with, auto made ours */
+    uct_remapring_iface_config_resolve(&resolved.super,
+                                       UCT_REMAPRING_SM_BLOCK_SIZE_K *
+                                               UCS_KBYTE);
     status = uct_remapring_sm_iface_config_check(config);
     if (status != UCS_OK) {
         return status;
@@ -565,7 +573,7 @@ static UCS_CLASS_INIT_FUNC(uct_remapring_sm_iface_t, uct_md_h md,
     }
 
     uct_remapring_rx_offer(self);
-    ucs_debug("iface %p pid %d ctl fd %d blocks %zu slots %u peers %u", self,
+    ucs_debug("iface %p pid %d ctl fd %d blocks %zu slots %zu peers %u", self,
               getpid(), self->rx.ctl.fd, config->super.block_size,
               config->super.ring_slots, config->max_peers);
     return UCS_OK;

@@ -3560,8 +3560,9 @@ static UCS_CLASS_INIT_FUNC(uct_remapring_verbs_iface_t, uct_md_h md,
                            const uct_iface_params_t *params,
                            const uct_iface_config_t *tl_config)
 {
-    const uct_remapring_verbs_iface_config_t *config =
-            ucs_derived_of(tl_config, uct_remapring_verbs_iface_config_t);
+    uct_remapring_verbs_iface_config_t resolved =
+            *ucs_derived_of(tl_config, uct_remapring_verbs_iface_config_t);
+    const uct_remapring_verbs_iface_config_t *config = &resolved;
     uct_remapring_verbs_dev_t *dev =
             ucs_derived_of(md, uct_remapring_verbs_md_t)->dev;
     uct_remapring_iface_init_params_t init = {
@@ -3576,6 +3577,11 @@ static UCS_CLASS_INIT_FUNC(uct_remapring_verbs_iface_t, uct_md_h md,
     ucs_status_t status;
     uint8_t port;
 
+    /* the settings this interface opens with, auto made ours; the shared
+     * ones are checked by the base */
+    uct_remapring_iface_config_resolve(&resolved.super,
+                                       UCT_REMAPRING_RDMA_BLOCK_SIZE_K *
+                                               UCS_KBYTE);
     status = uct_remapring_verbs_iface_config_check(config);
     if (status != UCS_OK) {
         return status;
