@@ -894,6 +894,26 @@ remapring_ring_seg(remapring_wire_seg_t *seg, uint64_t offset,
     seg->commit = commit;
 }
 
+/* Write @a nsegs segments, then move the tail to @a tail, past them */
+static UCS_F_ALWAYS_INLINE ucs_status_t remapring_ring_writer_put(
+        remapring_ring_writer_t *writer, const remapring_wire_seg_t *segs,
+        unsigned nsegs, uint64_t tail)
+{
+    ucs_status_t status = remapring_wire_write(writer->wire, segs, nsegs);
+
+    if (ucs_unlikely(status != UCS_OK)) {
+        return status;
+    }
+
+    /* The wire's write returned: the bytes are in the reader's memory. Only
+     * now may the tail cover them */
+    writer->tail = tail;
+    if (writer->commit == REMAPRING_RING_COMMIT_TAIL) {
+        remapring_wire_publish_tail(writer->wire, writer->tail);
+    }
+    return UCS_OK;
+}
+
 /* A record of @a length that must start at the next slot, with the limit
  * at or before the end of this one (a grant of one slot): the PAD alone, so
  * that the reader's head reaches the slot's end and the reader can credit
@@ -919,17 +939,12 @@ static ucs_status_t remapring_ring_writer_pad_out(remapring_ring_writer_t *write
     remapring_ring_writer_hdr(writer, &pad, offset, REMAPRING_RING_REC_PAD,
                               room, 0, 0);
     remapring_ring_seg(&seg, offset, &pad, sizeof(pad), 1);
-    status = remapring_wire_write(writer->wire, &seg, 1);
-    if (status != UCS_OK) {
-        return status;
+    status = remapring_ring_writer_put(writer, &seg, 1, offset + room);
+    if (status == UCS_OK) {
+        writer->stats.npads++;
     }
 
-    writer->tail = offset + room;
-    if (writer->commit == REMAPRING_RING_COMMIT_TAIL) {
-        remapring_wire_publish_tail(writer->wire, writer->tail);
-    }
-    writer->stats.npads++;
-    return UCS_OK;
+    return status;
 }
 
 ucs_status_t remapring_ring_writer_send(remapring_ring_writer_t *writer,
@@ -988,17 +1003,10 @@ ucs_status_t remapring_ring_writer_send(remapring_ring_writer_t *writer,
                               length, am_id, flags);
     remapring_ring_seg(&segs[nsegs++], offset, &hdr, sizeof(hdr), 1);
 
-    status = remapring_wire_write(writer->wire, segs, nsegs);
-    if (ucs_unlikely(status != UCS_OK)) {
-        return status;
+    status = remapring_ring_writer_put(writer, segs, nsegs, offset + size);
+    if (ucs_likely(status == UCS_OK)) {
+        writer->stats.nrecords++;
     }
 
-    /* The wire's write returned: the bytes are in the reader's memory. Only
-     * now may the tail cover them */
-    writer->tail = offset + size;
-    if (writer->commit == REMAPRING_RING_COMMIT_TAIL) {
-        remapring_wire_publish_tail(writer->wire, writer->tail);
-    }
-    writer->stats.nrecords++;
-    return UCS_OK;
+    return status;
 }
