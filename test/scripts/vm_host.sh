@@ -44,6 +44,16 @@ part() {
             echo "-- console of guest $(basename "$(dirname "$f")"), last lines"
             tail -30 "$f"
         done
+        # last, where a shortened log still shows them: the checks that
+        # failed and each guest's verdict
+        echo "-- $name: what failed"
+        for f in "$tmp/$name"/[ab]/job.log; do
+            [ -f "$f" ] || continue
+            grep -h 'BAD:' "$f" |
+                sed "s/^ */   guest $(basename "$(dirname "$f")"): /"
+        done
+        grep -E '^vm: (guest .*(job status|no result|did not start)|a guest)' \
+             "$tmp/$name.run" | sed 's/^/   /'
         fail "$name: status $rc"
     fi
 }

@@ -46,9 +46,10 @@
 #   pair, with APPS: small messages to a receiver that pauses its progress
 #   for 50-200 ms at random (ucp_hold -P): nothing lost, no RNR NAK sent
 #   by the receiver (its senders hold their tails past IMM_WINDOW), no two
-#   messages 500 ms or more apart besides the pauses (rdma_cm's RNR timer
-#   would keep a NAKed write back 655 ms; TCG alone made gaps of up to
-#   170 ms), rxe's RNR counters printed;
+#   messages 2 s or more apart besides the pauses (a stall; TCG alone made
+#   gaps of up to 370 ms here, more on a slower host, so the RNR timer
+#   shows in the NAK count and in the odp part's check of the QPs, not
+#   here), rxe's RNR counters printed;
 #   64 connections into one interface, four processes of 16 workers on
 #   vm-b (ucp_fanin), every byte checked, then quiet: the receiver's pool
 #   and the senders' pinned memory per connection, busy and quiet, next to
@@ -606,10 +607,12 @@ if [ "$where" = pair ] && [ -n "$apps" ]; then
          "sent $((rnr_sent1 - rnr_sent0))"
     if [ "$VM_ROLE" = a ]; then
         # after a pause, the receiver drains what landed; a write that
-        # found no receive request then waits out the sender's RNR timer:
-        # the longest time between two arrivals, pauses not counted, shows
-        # it (rdma_cm's 655 ms would, the 1.28 ms set does not; TCG alone
-        # made gaps of up to 170 ms)
+        # found no receive request would have been NAKed (the count must
+        # stay 0) and waited out the sender's RNR timer; a sender waiting
+        # for an acknowledgement that does not come stalls: the longest
+        # time between two arrivals, pauses (as slept) not counted, must
+        # stay under 2 s (TCG alone made gaps of 27-370 ms here, and the
+        # CI host is slower)
         gap=$(sed -n 's/^receiver: .* pauses not counted, \([0-9.]*\) ms$/\1/p' \
                   /tmp/pause)
         if [ $st -ne 0 ] || ! grep -q '^receiver: 0 errors, 0 lost' /tmp/pause ||
@@ -617,7 +620,7 @@ if [ "$where" = pair ] && [ -n "$apps" ]; then
             bad "a receiver that pauses: status $st"
         elif [ $((rnr_sent1 - rnr_sent0)) -ne 0 ]; then
             bad "a receiver that pauses: it sent $((rnr_sent1 - rnr_sent0)) RNR NAKs (its receive requests ran out)"
-        elif awk -v g="$gap" 'BEGIN { exit !(g < 500) }'; then
+        elif awk -v g="$gap" 'BEGIN { exit !(g < 2000) }'; then
             check "a receiver that pauses: nothing lost, no RNR NAK, messages at most $gap ms apart besides the pauses"
         else
             bad "a receiver that pauses: messages $gap ms apart besides the pauses"
