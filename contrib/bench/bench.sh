@@ -81,7 +81,13 @@ Parts:
             do: by default ucx_perftest allocates them through UCP, which
             takes posix's shared memory (small pages) for posix+cma and
             transparent huge pages for remapring, a difference of 2-3x from
-            4 MiB on that is the allocation's, not the transport's
+            4 MiB on that is the allocation's, not the transport's. Then
+            test/apps/mpi_bench.c at the same sizes under each MPI: bw,
+            bibw and allreduce between two ranks, and mbw, the bandwidth of
+            two pairs at once (four ranks, rank i sending to i + 2, as
+            osu_mbw_mr; on a 2-core machine two ranks share a core, alike
+            for both transports); bibw and mbw are totals, so their share
+            of one core's memcpy can pass 1
 An MPI that is missing or not built with UCX is left out, with the reason.
 Metrics: lat = one-way latency (usec), bw = bandwidth (MB/s, 2^20 bytes),
 rate = messages/s, held = bytes held per payload byte. Ratios are
@@ -223,7 +229,7 @@ fi
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 export OMPI_MCA_plm_rsh_agent=false    # never ssh: everything is local
 mpis=()
-if [[ ,$parts, == *,mpi,* ]] || [[ ,$parts, == *,mpi4py,* ]]; then
+if [[ ,$parts, =~ ,(mpi|mpi4py|large), ]]; then
     if ! command -v mpicc.openmpi >/dev/null ||
        ! command -v mpirun.openmpi >/dev/null; then
         skipped+=("Open MPI: not installed")
@@ -233,7 +239,7 @@ if [[ ,$parts, == *,mpi,* ]] || [[ ,$parts, == *,mpi4py,* ]]; then
         mpis+=(ompi)
     fi
 fi
-if [[ ,$parts, == *,mpi,* ]]; then
+if [[ ,$parts, =~ ,(mpi|large), ]]; then
     if ! command -v mpicc.mpich >/dev/null ||
        ! command -v mpiexec.mpich >/dev/null; then
         skipped+=("MPICH: not installed")
@@ -245,28 +251,36 @@ if [[ ,$parts, == *,mpi,* ]]; then
     fi
 fi
 
-# mpi_launch MPI TRANSPORT OUT CMD...: two ranks of CMD under the MPI
+# mpi_launch MPI TRANSPORT OUT CMD...: NP ranks of CMD under the MPI (NP
+# from the environment, 2 without it)
 mpi_launch() {
-    local mpi=$1 tr=$2 o=$3
+    local mpi=$1 tr=$2 o=$3 np=${NP:-2}
     shift 3
     if [ "$mpi" = ompi ]; then
         with_transport "$tr" timeout 180 mpirun.openmpi --allow-run-as-root \
-            --oversubscribe -np 2 -x LD_PRELOAD -x UCX_TLS \
+            --oversubscribe -np "$np" -x LD_PRELOAD -x UCX_TLS \
             -x UCX_REMAPRING_WIRE --mca pml ucx --mca pml_ucx_tls any \
             --mca pml_ucx_devices any --mca btl self "$@" > "$o" 2>&1
     else
         MPIR_CVAR_NOLOCAL=1 with_transport "$tr" timeout 180 \
-            mpiexec.mpich -n 2 "$@" > "$o" 2>&1
+            mpiexec.mpich -n "$np" "$@" > "$o" 2>&1
     fi
+}
+
+# mpi_build: test/apps/mpi_bench.c, once, with each MPI's compiler
+mpi_build() {
+    local mpi
+    for mpi in "${mpis[@]}"; do
+        [ -x "$tmp/mpi_bench.$mpi" ] && continue
+        LD_PRELOAD= mpicc.$( [ $mpi = ompi ] && echo openmpi || echo mpich) \
+            -O2 -o "$tmp/mpi_bench.$mpi" "$top/test/apps/mpi_bench.c"
+    done
 }
 
 mpi_name() { if [ "$1" = ompi ]; then echo "Open MPI"; else echo MPICH; fi; }
 
 if [[ ,$parts, == *,mpi,* ]]; then
-    for mpi in "${mpis[@]}"; do
-        LD_PRELOAD= mpicc.$( [ $mpi = ompi ] && echo openmpi || echo mpich) \
-            -O2 -o "$tmp/mpi_bench.$mpi" "$top/test/apps/mpi_bench.c"
-    done
+    mpi_build
     for ((r = 1; r <= reps; r++)); do
         for mpi in "${mpis[@]}"; do
             for tr in "${transports[@]}"; do
@@ -352,6 +366,41 @@ if [[ ,$parts, == *,large,* ]]; then
             -o "$large_raw" > /dev/null
         for ((r = 1; r <= reps; r++)); do
             "$tmp/memcpy_bw" "$s" "$r" >> "$large_raw"
+        done
+    done
+    # MPI at the same sizes: bw, bibw and allreduce between two ranks, and
+    # the multi-pair bandwidth of two pairs (four ranks: on a 2-core
+    # machine two to a core, each transport alike), a launch per size
+    mpi_build
+    for s in ${large_sizes//,/ }; do
+        # about 1 GiB a run from rank 0 (mpi_bench: iterations are
+        # messages, round trips and allreduce calls)
+        n=${large_iters:-$(( (1 << 30) / s ))}
+        [ -n "$large_iters" ] || n=$(( n < 20 ? 20 : n > 4000 ? 4000 : n ))
+        for ((r = 1; r <= reps; r++)); do
+            for mpi in "${mpis[@]}"; do
+                for tr in "${transports[@]}"; do
+                    progress "large messages, $s B, MPI run $r/$reps," \
+                             "$(mpi_name $mpi), $tr"
+                    for np in 2 4; do
+                        o=$tmp/mpi-large.$np.out
+                        t=$([ $np = 2 ] && echo bw,bibw,allreduce || echo mbw)
+                        NP=$np mpi_launch "$mpi" "$tr" "$o" \
+                            "$tmp/mpi_bench.$mpi" -s "$s" -N "$n" -t "$t" ||
+                            { echo "bench: $(mpi_name $mpi) over $tr," \
+                                   "$np ranks, $s B failed:" >&2
+                              tail -5 "$o" >&2; }
+                    done
+                    for tm in bw:bw bibw:bw allreduce:lat mbw:bw; do
+                        o=$tmp/mpi-large.$([ ${tm%:*} = mbw ] && echo 4 ||
+                                           echo 2).out
+                        v=$(awk -v t="${tm%:*}" -v s="$s" -v m="${tm#*:}" \
+                            '$1 == "mpi_bench:" && $2 == t && $3 == s &&
+                             $4 == m { print $5 }' "$o")
+                        echo "$(mpi_name $mpi) ${tm%:*},$s,${tm#*:},$tr,$r,${v:-fail}"
+                    done >> "$large_raw"
+                done
+            done
         done
     done
 fi

@@ -10,6 +10,10 @@
  *   rate       messages per second of the same windows (sizes <= 4 KiB)
  *   bibw       both ranks send a window to each other at once; MB/s of
  *              both directions together
+ *   mbw        multi-pair bandwidth: every rank of the first half sends
+ *              windows to its partner in the second half (rank i to
+ *              i + n/2; an even number of ranks), all pairs at once, as
+ *              osu_mbw_mr does; MB/s of all pairs together
  *   allreduce  time of one MPI_Allreduce (MPI_SUM) over all ranks of
  *              size / 8 doubles (at least one), usec
  * Rank 0 prints one line per figure, "mpi_bench: TEST SIZE METRIC VALUE",
@@ -22,7 +26,7 @@
  *   -n  iterations below 64 KiB (default 10000): round trips, messages
  *       sent, allreduce calls; -N the same from 64 KiB on (default 200)
  *   -t  comma separated tests (default lat,bw,bibw,allreduce; rate comes
- *       with bw)
+ *       with bw; mbw only when asked)
  */
 #include <mpi.h>
 
@@ -41,7 +45,8 @@ enum {
     TEST_LAT       = 1 << 0,
     TEST_BW        = 1 << 1,
     TEST_BIBW      = 1 << 2,
-    TEST_ALLREDUCE = 1 << 3
+    TEST_ALLREDUCE = 1 << 3,
+    TEST_MBW       = 1 << 4
 };
 
 static int rank, nranks;
@@ -50,7 +55,7 @@ static void usage(void)
 {
     if (rank == 0) {
         fprintf(stderr, "usage: mpi_bench [-s SIZES] [-n ITERS] [-N ITERS] "
-                "[-t lat,bw,bibw,allreduce]\n");
+                        "[-t lat,bw,bibw,allreduce,mbw]\n");
     }
     MPI_Finalize();
     exit(2);
@@ -155,6 +160,55 @@ static void bench_bw(char *sbuf, char *rbuf, size_t size, int iters, int bi)
     }
 }
 
+/* every rank of the first half sends windows to its partner in the second
+ * half, all pairs at once; the time is the slowest pair's (a barrier before
+ * and after) */
+static void bench_mbw(char *sbuf, char *rbuf, size_t size, int iters)
+{
+    size_t window = window_of(size), w;
+    int loops = (iters + window - 1) / window, warmup = loops / 10 + 1, i;
+    int pairs = nranks / 2, sender = rank < pairs;
+    int peer = sender ? rank + pairs : rank - pairs;
+    MPI_Request req[MAX_WINDOW];
+    MPI_Status st[MAX_WINDOW];
+    double t0 = 0, t;
+
+    for (i = 0; i < warmup + loops; ++i) {
+        if (i == warmup) {
+            MPI_Barrier(MPI_COMM_WORLD);
+            t0 = MPI_Wtime();
+        }
+        for (w = 0; w < window; ++w) {
+            if (sender) {
+                MPI_Isend(sbuf + w * size, size, MPI_BYTE, peer, 4,
+                          MPI_COMM_WORLD, &req[w]);
+            } else {
+                MPI_Irecv(rbuf + w * size, size, MPI_BYTE, peer, 4,
+                          MPI_COMM_WORLD, &req[w]);
+            }
+        }
+        MPI_Waitall(window, req, st);
+        if (sender) {
+            MPI_Recv(NULL, 0, MPI_BYTE, peer, 5, MPI_COMM_WORLD,
+                     MPI_STATUS_IGNORE);
+        } else {
+            MPI_Send(NULL, 0, MPI_BYTE, peer, 5, MPI_COMM_WORLD);
+        }
+    }
+    MPI_Barrier(MPI_COMM_WORLD);
+    t = MPI_Wtime() - t0;
+    if (!sender && ((rbuf[0] != (char)(0x5a + peer)) ||
+                    (rbuf[window * size - 1] != (char)(0x5a + peer)))) {
+        fprintf(stderr, "mpi_bench: mbw %zu: wrong data on rank %d\n", size,
+                rank);
+        MPI_Abort(MPI_COMM_WORLD, 1);
+    }
+    if (rank == 0) {
+        report("mbw", size, "bw",
+               (double)pairs * loops * window * size / t / (1024.0 * 1024.0));
+    }
+}
+
 static void bench_allreduce(size_t size, int iters)
 {
     int count = size / sizeof(double) ? size / sizeof(double) : 1;
@@ -201,6 +255,8 @@ static int parse_tests(const char *arg)
             tests |= TEST_BIBW;
         } else if (!strcmp(tok, "allreduce")) {
             tests |= TEST_ALLREDUCE;
+        } else if (!strcmp(tok, "mbw")) {
+            tests |= TEST_MBW;
         } else {
             free(copy);
             usage();
@@ -248,6 +304,13 @@ int main(int argc, char **argv)
             usage();
         }
     }
+    if ((tests & TEST_MBW) && (nranks % 2)) {
+        if (rank == 0) {
+            fprintf(stderr, "mpi_bench: mbw pairs the ranks: %d is odd\n",
+                    nranks);
+        }
+        usage();
+    }
     if ((nranks < 2) || (small <= 0) || (large <= 0) || (nsizes == 0)) {
         usage();
     }
@@ -278,6 +341,9 @@ int main(int argc, char **argv)
         }
         if (tests & TEST_ALLREDUCE) {
             bench_allreduce(sizes[s], iters);
+        }
+        if (tests & TEST_MBW) {
+            bench_mbw(sbuf, rbuf, sizes[s], iters);
         }
         MPI_Barrier(MPI_COMM_WORLD);
     }

@@ -10,7 +10,8 @@
 # the MPI is there, for each MPI's latency; whose table must end with
 # the ratios; and whose large-message part (128 KiB, 10 iterations) must
 # give UCP tag_bw from every transport, memcpy's bandwidth and the shares
-# of it.
+# of it, and each MPI's bw, bibw, mbw (two pairs) and allreduce from every
+# transport.
 # Checks that the benchmark runs, never how fast.
 #
 . "$(dirname "$0")/common.sh"
@@ -70,6 +71,21 @@ awk -F, '$1 == "UCP tag_bw" && $2 == 131072 && $3 == "bw" &&
     $5 > 0 && $6 > 0 && $7 > 0 && $10 > 0 && $11 > 0 && $13 > 0 {
     found = 1 } END { exit !found }' "$lcsv" ||
     fail "UCP tag_bw 128 KiB: not every figure and share in large.csv"
+lbenches=()
+grep -q "^left out: Open MPI" "$tmp/log" || lbenches+=("Open MPI")
+grep -q "^left out: MPICH" "$tmp/log" || lbenches+=("MPICH")
+for m in "${lbenches[@]}"; do
+    for t in bw bibw mbw; do
+        awk -F, -v b="$m $t" '$1 == b && $2 == 131072 && $3 == "bw" &&
+            $5 > 0 && $6 > 0 && $7 > 0 && $10 > 0 { found = 1 }
+            END { exit !found }' "$lcsv" ||
+            fail "$m $t 128 KiB: not a figure from every transport in large.csv"
+    done
+    awk -F, -v b="$m allreduce" '$1 == b && $2 == 131072 && $3 == "lat" &&
+        $5 > 0 && $6 > 0 && $7 > 0 { found = 1 } END { exit !found }' \
+        "$lcsv" ||
+        fail "$m allreduce 128 KiB: not a figure from every transport in large.csv"
+done
 grep -q "^memcpy: its bandwidth at the size" "$tmp/log" ||
     fail "no large-message table"
 if [ "$(nproc)" -ge 2 ]; then
