@@ -5,7 +5,7 @@
  * other process's progress copies too.
  *
  * Between two processes (the receiver forked, progressing on its own):
- * get_zcopy and put_zcopy of 512 KiB to 16 MiB (and odd sizes) move every
+ * get_zcopy and put_zcopy of 256 KiB to 16 MiB (and odd sizes) move every
  * byte, checked each time, and the receiver took some of the chunks (the
  * counts are printed); a receiver that stopped progressing, or that has
  * sharing off, takes none and the operations still complete, all copied by
@@ -276,8 +276,9 @@ protected:
 
 uint64_t test_uct_share::s_seen_gen = 0;
 
-const size_t SIZES[] = {512 * 1024, 1024 * 1024 - 4096 + 17,
+const size_t SIZES[] = {256 * 1024, 512 * 1024, 1024 * 1024 - 4096 + 17,
                         4 * 1024 * 1024, REMOTE_SIZE};
+const size_t NSIZES  = sizeof(SIZES) / sizeof(SIZES[0]);
 
 TEST_F(test_uct_share, get_shared)
 {
@@ -292,7 +293,7 @@ TEST_F(test_uct_share, get_shared)
     std::cout << "asked " << sender_iface()->share.asked
               << ", the receiver copied " << sender_iface()->share.given
               << " chunks (it counts " << helped << ")" << std::endl;
-    EXPECT_EQ(80u, sender_iface()->share.asked);
+    EXPECT_EQ(20 * NSIZES, sender_iface()->share.asked);
     EXPECT_EQ(helped, sender_iface()->share.given);
     EXPECT_GT(helped, 0u) << "the receiver never took a chunk";
 }
@@ -329,9 +330,20 @@ TEST_F(test_uct_share, helper_stopped)
             get_checked(0, size);
         }
     }
-    EXPECT_EQ(20u, sender_iface()->share.asked);
+    EXPECT_EQ(5 * NSIZES, sender_iface()->share.asked);
     EXPECT_EQ(given, sender_iface()->share.given)
             << "a receiver that does not progress took chunks";
+}
+
+TEST_F(test_uct_share, below_share_min)
+{
+    /* the default SHARE_MIN is 256 KiB: shorter ones are the caller's */
+    fork_helper({});
+    get_checked(0, 256 * 1024 - 1);
+    get_checked(0, 128 * 1024);
+    EXPECT_EQ(0u, sender_iface()->share.asked);
+    get_checked(0, 256 * 1024);
+    EXPECT_EQ(1u, sender_iface()->share.asked);
 }
 
 TEST_F(test_uct_share, helper_sharing_off)
@@ -340,7 +352,7 @@ TEST_F(test_uct_share, helper_sharing_off)
     for (size_t size : SIZES) {
         get_checked(0, size);
     }
-    EXPECT_EQ(4u, sender_iface()->share.asked);
+    EXPECT_EQ(NSIZES, sender_iface()->share.asked);
     EXPECT_EQ(0u, sender_iface()->share.given);
     EXPECT_EQ(0u, ask<uint64_t>('q'));
 }

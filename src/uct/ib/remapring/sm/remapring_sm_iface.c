@@ -90,7 +90,7 @@ static ucs_config_field_t uct_remapring_sm_iface_config_table[] = {
      ucs_offsetof(uct_remapring_sm_iface_config_t, max_peers),
      UCS_CONFIG_TYPE_UINT},
 
-    {"SHARE_MIN", "512k",
+    {"SHARE_MIN", "256k",
      "Shortest put or get of one piece whose copy the other process\n"
      "shares: the operation is cut in chunks (two halves, or pieces of 256 KiB,\n"
      "up to 64), the other process's progress takes chunks as it finds the\n"
