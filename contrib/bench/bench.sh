@@ -279,6 +279,17 @@ mpi_build() {
 
 mpi_name() { if [ "$1" = ompi ]; then echo "Open MPI"; else echo MPICH; fi; }
 
+# mpi_row MPI TRANSPORT RUN OUT TEST SIZE METRIC: the CSV row of
+# mpi_bench's "mpi_bench: TEST SIZE METRIC VALUE" line in OUT; the value
+# "fail" where a failed run did not print it
+mpi_row() {
+    local v
+    v=$(awk -v t="$5" -v s="$6" -v m="$7" \
+        '$1 == "mpi_bench:" && $2 == t && $3 == s && $4 == m { print $5 }' \
+        "$4")
+    echo "$(mpi_name "$1") $5,$6,$7,$2,$3,${v:-fail}"
+}
+
 if [[ ,$parts, == *,mpi,* ]]; then
     mpi_build
     for ((r = 1; r <= reps; r++)); do
@@ -291,16 +302,12 @@ if [[ ,$parts, == *,mpi,* ]]; then
                     -N $(((large + 1) / 2)) ||
                     { echo "bench: $(mpi_name $mpi) over $tr failed:" >&2
                       tail -5 "$o" >&2; }
-                # mpi_bench: TEST SIZE METRIC VALUE; what did not come out
-                # of a failed run is "fail"
                 for s in ${sizes//,/ }; do
                     for tm in lat:lat bw:bw bw:rate bibw:bw allreduce:lat; do
                         [ "${tm#*:}" != rate ] || [ "$s" -le 4096 ] ||
                             continue
-                        v=$(awk -v t="${tm%:*}" -v s="$s" -v m="${tm#*:}" \
-                            '$1 == "mpi_bench:" && $2 == t && $3 == s &&
-                             $4 == m { print $5 }' "$o")
-                        echo "$(mpi_name $mpi) ${tm%:*},$s,${tm#*:},$tr,$r,${v:-fail}"
+                        mpi_row "$mpi" "$tr" "$r" "$o" "${tm%:*}" "$s" \
+                            "${tm#*:}"
                     done
                 done >> "$raw"
             done
@@ -391,14 +398,14 @@ if [[ ,$parts, == *,large,* ]]; then
                                    "$np ranks, $s B failed:" >&2
                               tail -5 "$o" >&2; }
                     done
-                    for tm in bw:bw bibw:bw allreduce:lat mbw:bw; do
-                        o=$tmp/mpi-large.$([ ${tm%:*} = mbw ] && echo 4 ||
-                                           echo 2).out
-                        v=$(awk -v t="${tm%:*}" -v s="$s" -v m="${tm#*:}" \
-                            '$1 == "mpi_bench:" && $2 == t && $3 == s &&
-                             $4 == m { print $5 }' "$o")
-                        echo "$(mpi_name $mpi) ${tm%:*},$s,${tm#*:},$tr,$r,${v:-fail}"
-                    done >> "$large_raw"
+                    {
+                        for t in bw:bw bibw:bw allreduce:lat; do
+                            mpi_row "$mpi" "$tr" "$r" "$tmp/mpi-large.2.out" \
+                                "${t%:*}" "$s" "${t#*:}"
+                        done
+                        mpi_row "$mpi" "$tr" "$r" "$tmp/mpi-large.4.out" \
+                            mbw "$s" bw
+                    } >> "$large_raw"
                 done
             done
         done
