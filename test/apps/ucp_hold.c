@@ -860,13 +860,13 @@ static int receiver(int fd)
             (rx.am_msgs + rx.tag_msgs >= rx.next_pause)) {
             double pause_us = opt.pause_ms * 1e3 *
                               (0.25 + 0.75 * (rx_rand() % 1000) / 999.0);
-            double slept    = now_usec();
+            double since = now_usec();
 
             usleep((useconds_t)pause_us);
             /* what the pause took, not what it asked for: a loaded host
              * (or a guest under TCG) oversleeps by far more than the gaps
              * the transport makes */
-            pause_us = now_usec() - slept;
+            pause_us = now_usec() - since;
             rx.paused_us += pause_us;
             ++rx.npauses;
             if (pause_us > rx.max_pause_us) {
