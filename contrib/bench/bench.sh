@@ -19,9 +19,9 @@ usage: contrib/bench/bench.sh [--full] [options]
                storm at 256 B, 4 KiB, 16 KiB, 16 MiB held
   --full       sizes 8 B, 64 B, 1 KiB, 4 KiB, 64 KiB, 1 MiB, 4 MiB, 3 runs,
                the default iterations; the storm at 64 B to 64 KiB,
-               32 MiB held; and the large-message part (some twenty-five
+               32 MiB held; and the large-message part (some thirty
                minutes, the storm's 64 B runs the longest part: 524288
-               messages each)
+               messages each; the large part about seven, MPI five of them)
   -o DIR       where the results go (default BUILD_DIR/bench, BUILD_DIR
                being build/ of the source tree): raw.csv (every run),
                bench.csv (medians and ratios), latency.png, bandwidth.png,
