@@ -180,7 +180,7 @@ ucs_config_field_t uct_remapring_iface_config_table[] = {
               ##__VA_ARGS__)
 
 void uct_remapring_iface_config_resolve(uct_remapring_iface_config_t *config,
-                                       size_t block_size_auto)
+                                        size_t block_size_auto)
 {
     int large;
 

@@ -247,7 +247,7 @@ UCS_CLASS_DECLARE(uct_remapring_iface_t,
  * opens its interface with it.
  */
 void uct_remapring_iface_config_resolve(uct_remapring_iface_config_t *config,
-                                       size_t block_size_auto);
+                                        size_t block_size_auto);
 
 
 /**

@@ -920,8 +920,8 @@ static UCS_F_ALWAYS_INLINE ucs_status_t remapring_ring_writer_put(
  * the next slot. Without it neither would move: the reader credits a slot
  * only once its head left it, and the writer writes a PAD only with the
  * record behind it. */
-static ucs_status_t remapring_ring_writer_pad_out(remapring_ring_writer_t *writer,
-                                                  size_t length)
+static ucs_status_t
+remapring_ring_writer_pad_out(remapring_ring_writer_t *writer, size_t length)
 {
     uint64_t offset = writer->tail;
     uint64_t room   = writer->block_size - (offset & (writer->block_size - 1));
@@ -931,8 +931,7 @@ static ucs_status_t remapring_ring_writer_pad_out(remapring_ring_writer_t *write
 
     if ((room == writer->block_size) || (offset + room > writer->limit) ||
         (offset + room + writer->block_size <= writer->limit) ||
-        (remapring_ring_record_size(&writer->layout, offset, length) <=
-         room)) {
+        (remapring_ring_record_size(&writer->layout, offset, length) <= room)) {
         return UCS_OK; /* none needed, none fits, or the record would fit */
     }
 
