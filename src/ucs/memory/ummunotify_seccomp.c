@@ -88,6 +88,7 @@
 #define UCS_SECCOMP_QUEUE_LEN   256   /* pending calls of the process */
 #define UCS_SECCOMP_OWN_LEN     1024  /* reporter's own calls, per report */
 #define UCS_SECCOMP_TICK_MS     100
+#define UCS_SECCOMP_KNOWN_TIDS  64    /* a worker's cache of our threads */
 
 #ifndef SECCOMP_FILTER_FLAG_WAIT_KILLABLE_RECV
 #  define SECCOMP_FILTER_FLAG_WAIT_KILLABLE_RECV (1UL << 5)
@@ -478,6 +479,26 @@ static void ucs_seccomp_keep_own(const struct seccomp_notif *notif)
     }
 }
 
+/* Whether thread TID belongs to this process. A system call (tgkill)
+ * answers; KNOWN, the worker's own cache, keeps the threads it found ours,
+ * so the answer costs no system call for a thread that unmaps again. A
+ * cached thread that has ended and whose id a fork() child's thread now
+ * has is taken for ours: its call is then reported here too, an
+ * invalidation for nothing, never a missed one. */
+static int ucs_seccomp_is_ours(pid_t *known, pid_t tid)
+{
+    pid_t *slot = &known[(unsigned)tid % UCS_SECCOMP_KNOWN_TIDS];
+
+    if (*slot == tid) {
+        return 1;
+    }
+    if (syscall(SYS_tgkill, ucs_seccomp.tgid, tid, 0) < 0) {
+        return 0;
+    }
+    *slot = tid;
+    return 1;
+}
+
 /*
  * A worker. While it is not the reporter it never allocates and makes no
  * call the filter catches, so the other worker can report - and run
@@ -490,6 +511,7 @@ static void *ucs_seccomp_worker_main(void *arg)
         struct seccomp_notif notif;
         char                buf[512];
     } u;
+    pid_t known[UCS_SECCOMP_KNOWN_TIDS] = {0};
     struct pollfd pfd;
     pid_t self, other;
     int ret;
@@ -533,8 +555,7 @@ static void *ucs_seccomp_worker_main(void *arg)
             continue;
         }
 
-        if (syscall(SYS_tgkill, ucs_seccomp.tgid, (pid_t)u.notif.pid, 0) <
-            0) {
+        if (!ucs_seccomp_is_ours(known, (pid_t)u.notif.pid)) {
             /* not a thread of this process: a fork() child or a program it
              * exec()'d, which share the filter but not our memory */
             ucs_seccomp_stat_add(&ucs_seccomp.stats.foreign, 1);
@@ -836,7 +857,7 @@ static ucs_status_t ucs_seccomp_install(void)
     /* Linux 6.6: the kernel wakes the worker on the calling thread's CPU
      * and the caller on the worker's, which waits for it anyway: no
      * cross-CPU wake-up per call */
-    ucs_seccomp.sync_wake = getenv("NOSYNC") ? 0 : (ioctl(fd, SECCOMP_IOCTL_NOTIF_SET_FLAGS,
+    ucs_seccomp.sync_wake = (ioctl(fd, SECCOMP_IOCTL_NOTIF_SET_FLAGS,
                                    SECCOMP_USER_NOTIF_FD_SYNC_WAKE_UP) == 0);
     ucs_seccomp.listener  = fd;
     return UCS_OK;
