@@ -13,15 +13,25 @@
  *            are watched (a notifier registration each), as remapring's
  *            own cache watches what it registered
  *   seccomp  hooks off, UCX_REMAPRING_NOTIFIER=seccomp: every unmap of the
- *            process, reported to UCM
+ *            process, reported to UCM; munmap() through the C library in
+ *            the calling thread (this program links the module's
+ *            munmap(), ummunotify_inthread.c, as a preloaded module puts it
+ *            before the C library's), the raw system call by a worker
+ *            thread (UCX_REMAPRING_SECCOMP_INTHREAD=n: both by a worker)
  * Prints, per source: munmap() of a touched LEN-byte mapping, p50 and p99
  * in microseconds; the same for syscall(SYS_munmap), timed in turn with
  * munmap() in the same loop (UCM's hooks do not see it, the seccomp source
- * does: under UCM's hooks the difference is what the hooks add, measured in
- * one process rather than against another process's baseline); malloc()+free() of an LEN-byte block above glibc's
- * mmap threshold (a fixed one: the dynamic threshold keeps large blocks in
- * the heap after the first free), p50 and p99; and how many VM_UNMAPPED
- * events the handler got (each call must give at least one, except none).
+ * does: under UCM's hooks the difference is what the hooks add, measured
+ * in one process rather than against another process's baseline);
+ * malloc()+free() of an LEN-byte block above glibc's mmap threshold (a
+ * fixed one: the dynamic threshold keeps large blocks in the heap after
+ * the first free), p50 and p99; and how many VM_UNMAPPED events the
+ * handler got (each call must give at least one, except none). Where the
+ * seccomp source's in-thread path runs, also munmap() made from the
+ * instruction its filter lets through, unreported, timed in turn with the
+ * others: munmap() less that is what the report costs in the calling
+ * thread (the filter's own cost is in both; contrib/bench/trap_cost.c
+ * measures it).
  *
  * usage: unmap_bench SOURCE [-n ITERS] [-s LEN]
  */
@@ -67,9 +77,11 @@ int main(int argc, char **argv)
     ucs_ummunotify_t *notifier      = NULL;
     ucs_ummunotify_reg_t *reg       = NULL;
     const char *source;
-    uint64_t *t, *traw, t0, d;
-    int c, watch, raw, k;
+    uint64_t args[5] = {0, 0, 0, 0, 0};
+    uint64_t *t, *traw, *tunrep, *tw[3], t0, d;
+    int c, watch, ways, way, k;
     char *p;
+    long ret;
 
     if (argc < 2) {
         fprintf(stderr, "usage: unmap_bench none|ucm|uffd|seccomp "
@@ -86,8 +98,16 @@ int main(int argc, char **argv)
         }
     }
     watch = !strcmp(source, "uffd");
-    t     = calloc(iters, sizeof(*t));
-    traw  = calloc(iters, sizeof(*traw));
+    t      = calloc(iters, sizeof(*t));
+    traw   = calloc(iters, sizeof(*traw));
+    tunrep = calloc(iters, sizeof(*tunrep));
+    if ((t == NULL) || (traw == NULL) || (tunrep == NULL)) {
+        fprintf(stderr, "unmap_bench: no memory for %u times\n", iters);
+        return 1;
+    }
+    tw[0] = t;
+    tw[1] = traw;
+    tw[2] = tunrep;
 
     if (strcmp(source, "none") &&
         (ucm_set_event_handler(UCM_EVENT_VM_UNMAPPED, 1000, handler, NULL) !=
@@ -104,24 +124,33 @@ int main(int argc, char **argv)
         }
     }
 
+    /* the seccomp source's in-thread path: also a munmap() from the
+     * instruction its filter lets through, unreported */
+    args[1] = len;
+    ways    = ucs_ummunotify_seccomp_call_unreported(SYS_munmap, args, &ret) ?
+              3 : 2;
     for (i = 0; i < iters + iters / 10; ++i) {
-        for (k = 0; k < 2; ++k) {
-            raw = k ^ (i & 1); /* which goes first alternates */
+        for (k = 0; k < ways; ++k) {
+            way = (k + i) % ways; /* which goes first rotates */
             p   = mmap(NULL, len, PROT_READ | PROT_WRITE,
                        MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
             memset(p, 1, len);
             if (watch) {
                 ucs_ummunotify_register(notifier, p, len, 0, &reg);
             }
-            t0 = now_ns();
-            if (raw) {
+            args[0] = (uintptr_t)p;
+            t0      = now_ns();
+            if (way == 1) {
                 syscall(SYS_munmap, p, len);
+            } else if (way == 2) {
+                ucs_ummunotify_seccomp_call_unreported(SYS_munmap, args,
+                                                       &ret);
             } else {
                 munmap(p, len);
             }
             d = now_ns() - t0;
             if (i >= iters / 10) { /* the first tenth warms up */
-                (raw ? traw : t)[i - iters / 10] = d;
+                tw[way][i - iters / 10] = d;
             }
             if (watch) {
                 ucs_ummunotify_unregister(reg);
@@ -130,6 +159,9 @@ int main(int argc, char **argv)
     }
     report("munmap", t, iters);
     report("munmap_raw", traw, iters);
+    if (ways == 3) {
+        report("munmap_unreported", tunrep, iters);
+    }
 
     mallopt(M_MMAP_THRESHOLD, (int)(len / 2));
     for (i = 0; i < iters + iters / 10; ++i) {
@@ -157,6 +189,7 @@ int main(int argc, char **argv)
     if (notifier != NULL) {
         ucs_ummunotify_close(notifier);
     }
+    free(tunrep);
     free(traw);
     free(t);
     return 0;

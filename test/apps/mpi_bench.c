@@ -16,6 +16,12 @@
  *              osu_mbw_mr does; MB/s of all pairs together
  *   allreduce  time of one MPI_Allreduce (MPI_SUM) over all ranks of
  *              size / 8 doubles (at least one), usec
+ *   fresh      the ping-pong of lat, with both buffers malloc()ed for each
+ *              message and freed after it: what a program that does not
+ *              keep its buffers pays (above the allocator's mmap threshold,
+ *              an munmap() per buffer, which every registration cache must
+ *              hear of); checks every message's bytes, so a stale cache
+ *              shows as wrong data; usec
  * Rank 0 prints one line per figure, "mpi_bench: TEST SIZE METRIC VALUE",
  * and "PASS" at the end. A benchmark, not a test: it checks only that the
  * first and last byte of each ping-pong arrived.
@@ -26,7 +32,7 @@
  *   -n  iterations below 64 KiB (default 10000): round trips, messages
  *       sent, allreduce calls; -N the same from 64 KiB on (default 200)
  *   -t  comma separated tests (default lat,bw,bibw,allreduce; rate comes
- *       with bw; mbw only when asked)
+ *       with bw; mbw and fresh only when asked)
  */
 #include <mpi.h>
 
@@ -46,7 +52,8 @@ enum {
     TEST_BW        = 1 << 1,
     TEST_BIBW      = 1 << 2,
     TEST_ALLREDUCE = 1 << 3,
-    TEST_MBW       = 1 << 4
+    TEST_MBW       = 1 << 4,
+    TEST_FRESH     = 1 << 5
 };
 
 static int rank, nranks;
@@ -55,7 +62,7 @@ static void usage(void)
 {
     if (rank == 0) {
         fprintf(stderr, "usage: mpi_bench [-s SIZES] [-n ITERS] [-N ITERS] "
-                        "[-t lat,bw,bibw,allreduce,mbw]\n");
+                        "[-t lat,bw,bibw,allreduce,mbw,fresh]\n");
     }
     MPI_Finalize();
     exit(2);
@@ -209,6 +216,62 @@ static void bench_mbw(char *sbuf, char *rbuf, size_t size, int iters)
     }
 }
 
+static char *fresh_buf(size_t size)
+{
+    char *buf = malloc(size);
+
+    if (buf == NULL) {
+        fprintf(stderr, "mpi_bench: no memory for %zu bytes\n", size);
+        MPI_Abort(MPI_COMM_WORLD, 1);
+    }
+    return buf;
+}
+
+/* the ping-pong of bench_lat with new buffers for every message; each
+ * message's bytes say which message it is, and its receiver checks them */
+static void bench_fresh(size_t size, int iters)
+{
+    int warmup = iters / 10 + 1, i, peer = 1 - rank;
+    char *sbuf, *rbuf, want;
+    double t0 = 0;
+
+    if (rank > 1) {
+        return;
+    }
+    for (i = 0; i < warmup + iters; ++i) {
+        if (i == warmup) {
+            t0 = MPI_Wtime();
+        }
+        rbuf = fresh_buf(size);
+        want = (char)(2 * i + 1 - rank); /* what the peer sends now */
+        if (rank == 1) {
+            MPI_Recv(rbuf, size, MPI_BYTE, 0, 6, MPI_COMM_WORLD,
+                     MPI_STATUS_IGNORE);
+        }
+        sbuf = fresh_buf(size);
+        memset(sbuf, (char)(2 * i + rank), size);
+        MPI_Send(sbuf, size, MPI_BYTE, peer, 6, MPI_COMM_WORLD);
+        free(sbuf);
+        if (rank == 0) {
+            MPI_Recv(rbuf, size, MPI_BYTE, 1, 6, MPI_COMM_WORLD,
+                     MPI_STATUS_IGNORE);
+        }
+        if ((rbuf[0] != want) || (rbuf[size / 2] != want) ||
+            (rbuf[size - 1] != want)) {
+            fprintf(stderr,
+                    "mpi_bench: fresh %zu: message %d: wrong data "
+                    "on rank %d (0x%02x, want 0x%02x)\n",
+                    size, i, rank, (unsigned char)rbuf[size / 2],
+                    (unsigned char)want);
+            MPI_Abort(MPI_COMM_WORLD, 1);
+        }
+        free(rbuf);
+    }
+    if (rank == 0) {
+        report("fresh", size, "lat", (MPI_Wtime() - t0) * 1e6 / (2.0 * iters));
+    }
+}
+
 static void bench_allreduce(size_t size, int iters)
 {
     int count = size / sizeof(double) ? size / sizeof(double) : 1;
@@ -257,6 +320,8 @@ static int parse_tests(const char *arg)
             tests |= TEST_ALLREDUCE;
         } else if (!strcmp(tok, "mbw")) {
             tests |= TEST_MBW;
+        } else if (!strcmp(tok, "fresh")) {
+            tests |= TEST_FRESH;
         } else {
             free(copy);
             usage();
@@ -344,6 +409,9 @@ int main(int argc, char **argv)
         }
         if (tests & TEST_MBW) {
             bench_mbw(sbuf, rbuf, sizes[s], iters);
+        }
+        if (tests & TEST_FRESH) {
+            bench_fresh(sizes[s], iters);
         }
         MPI_Barrier(MPI_COMM_WORLD);
     }

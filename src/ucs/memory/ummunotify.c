@@ -178,6 +178,21 @@ static ucs_config_field_t ucs_ummunotify_config_table[] = {
      ucs_offsetof(ucs_ummunotify_config_t, seccomp_timeout),
      UCS_CONFIG_TYPE_TIME},
 
+    {"SECCOMP_INTHREAD", "y",
+     "With the seccomp notifier: report munmap(), madvise() and mremap()\n"
+     "calls made through the C library in the calling thread, before the\n"
+     "call, and make them from an instruction the filter lets through, with\n"
+     "no notification and no other thread (about the cost of UCM's hooks).\n"
+     "Takes effect where this library's definitions of those functions are\n"
+     "the ones the process calls: the module preloaded (LD_PRELOAD, as UCX\n"
+     "1.13-1.21 load it), or linked into the program; the start line in the\n"
+     "log says whether they are. Everything else (raw system calls, the C\n"
+     "library's own calls such as free() unmapping, mmap(MAP_FIXED), shmdt,\n"
+     "brk, static programs) still stops at the filter. With n, every call\n"
+     "does.",
+     ucs_offsetof(ucs_ummunotify_config_t, seccomp_inthread),
+     UCS_CONFIG_TYPE_BOOL},
+
     {NULL}
 };
 /* clang-format on */
@@ -187,14 +202,25 @@ UCS_CONFIG_REGISTER_TABLE(ucs_ummunotify_config_table, "Remapring notifier",
                           &ucs_config_global_list)
 
 
+/* how many times this thread holds the notifier lock (0 or 1): the seccomp
+ * source's in-thread path must not report from under it */
+static __thread unsigned ucs_ummunotify_lock_depth;
+
 void ucs_ummunotify_lock(void)
 {
     pthread_mutex_lock(&ucs_ummunotify_global.lock);
+    ++ucs_ummunotify_lock_depth;
 }
 
 void ucs_ummunotify_unlock(void)
 {
+    --ucs_ummunotify_lock_depth;
     pthread_mutex_unlock(&ucs_ummunotify_global.lock);
+}
+
+int ucs_ummunotify_locked_here(void)
+{
+    return ucs_ummunotify_lock_depth > 0;
 }
 
 const char *ucs_ummunotify_engine_name(ucs_ummunotify_engine_t engine)
@@ -327,12 +353,12 @@ void ucs_ummunotify_flush(void)
 
 static void ucs_ummunotify_table_lock(void *arg)
 {
-    pthread_mutex_lock(&ucs_ummunotify_global.lock);
+    ucs_ummunotify_lock();
 }
 
 static void ucs_ummunotify_table_unlock(void *arg)
 {
-    pthread_mutex_unlock(&ucs_ummunotify_global.lock);
+    ucs_ummunotify_unlock();
 }
 
 static inline ucs_ummunotify_reg_t *ucs_ummunotify_table_at(size_t idx)
@@ -469,7 +495,7 @@ unsigned ucs_ummunotify_read(ucs_ummunotify_t *client,
      * monitor; wait until that batch is applied */
     (void)ucs_ummunotify_read_begin();
 
-    pthread_mutex_lock(&ucs_ummunotify_global.lock);
+    ucs_ummunotify_lock();
     while ((count < max) && (client->head != client->tail)) {
         events[count++] = client->ring[client->head++ & client->ring_mask];
     }
@@ -480,7 +506,7 @@ unsigned ucs_ummunotify_read(ucs_ummunotify_t *client,
         client->overflow    = 0;
         ++count;
     }
-    pthread_mutex_unlock(&ucs_ummunotify_global.lock);
+    ucs_ummunotify_unlock();
     return count;
 }
 
@@ -647,10 +673,10 @@ ucs_status_t ucs_ummunotify_open(const ucs_ummunotify_params_t *params,
         goto err_unlock;
     }
 
-    pthread_mutex_lock(&ucs_ummunotify_global.lock);
+    ucs_ummunotify_lock();
     ucs_list_add_tail(&ucs_ummunotify_global.clients, &client->list);
     ++ucs_ummunotify_global.nclients;
-    pthread_mutex_unlock(&ucs_ummunotify_global.lock);
+    ucs_ummunotify_unlock();
     pthread_mutex_unlock(&ucs_ummunotify_global.state_lock);
 
     *notifier_p = client;
@@ -670,7 +696,7 @@ void ucs_ummunotify_close(ucs_ummunotify_t *client)
 
     /* stop watching what is left; the handles stay the owners' to
      * unregister (which then only frees them) */
-    pthread_mutex_lock(&ucs_ummunotify_global.lock);
+    ucs_ummunotify_lock();
     while (!ucs_list_is_empty(&client->regs)) {
         reg = ucs_list_head(&client->regs, ucs_ummunotify_reg_t, list);
         if (reg->in_table) {
@@ -687,7 +713,7 @@ void ucs_ummunotify_close(ucs_ummunotify_t *client)
     }
     ucs_list_del(&client->list);
     --ucs_ummunotify_global.nclients;
-    pthread_mutex_unlock(&ucs_ummunotify_global.lock);
+    ucs_ummunotify_unlock();
 
     /* nothing new reaches the client; let its queued dispatch finish */
     ucs_ummunotify_flush();
@@ -761,13 +787,13 @@ ucs_status_t ucs_ummunotify_register(ucs_ummunotify_t *client,
     status = ucs_ummunotify_global.ops->subscribe(reg->range.start,
                                                   reg->range.end);
     if (status != UCS_OK) {
-        pthread_mutex_unlock(&ucs_ummunotify_global.lock);
+        ucs_ummunotify_unlock();
         goto err_free;
     }
 
     ucs_ummunotify_table_insert(reg);
     ucs_list_add_tail(&client->regs, &reg->list);
-    pthread_mutex_unlock(&ucs_ummunotify_global.lock);
+    ucs_ummunotify_unlock();
 
     free(old);
     *reg_p = reg;
@@ -781,7 +807,7 @@ err_free:
 
 void ucs_ummunotify_unregister(ucs_ummunotify_reg_t *reg)
 {
-    pthread_mutex_lock(&ucs_ummunotify_global.lock);
+    ucs_ummunotify_lock();
     if (reg->in_table) {
         ucs_ummunotify_table_remove(reg);
         reg->valid = 0;
@@ -791,7 +817,7 @@ void ucs_ummunotify_unregister(ucs_ummunotify_reg_t *reg)
         }
     }
     ucs_list_del(&reg->list);
-    pthread_mutex_unlock(&ucs_ummunotify_global.lock);
+    ucs_ummunotify_unlock();
 
     free(reg);
 }
@@ -815,7 +841,7 @@ static void ucs_ummunotify_atfork_prepare(void)
     ucs_ummunotify_t *client;
 
     pthread_mutex_lock(&ucs_ummunotify_global.state_lock);
-    pthread_mutex_lock(&ucs_ummunotify_global.lock);
+    ucs_ummunotify_lock();
     ucs_list_for_each(client, &ucs_ummunotify_global.clients, list) {
         if (client->params.fork_prepare != NULL) {
             client->params.fork_prepare(client->params.arg);
@@ -834,7 +860,7 @@ static void ucs_ummunotify_atfork_parent(void)
             client->params.fork_parent(client->params.arg);
         }
     }
-    pthread_mutex_unlock(&ucs_ummunotify_global.lock);
+    ucs_ummunotify_unlock();
     pthread_mutex_unlock(&ucs_ummunotify_global.state_lock);
 }
 
@@ -882,6 +908,7 @@ static void ucs_ummunotify_atfork_child(void)
     }
 
     pthread_mutex_init(&ucs_ummunotify_global.lock, NULL);
+    ucs_ummunotify_lock_depth = 0; /* held by the prepare handler */
     pthread_mutex_init(&ucs_ummunotify_global.state_lock, NULL);
 }
 
@@ -899,6 +926,7 @@ UCS_STATIC_INIT {
         ucs_ummunotify_config.ucm_report   = 1;
         ucs_ummunotify_config.ucm_external = 0;
         ucs_ummunotify_config.seccomp_timeout = 10;
+        ucs_ummunotify_config.seccomp_inthread = 1;
     }
 
     /* before the UCM bridge and before any UCS cache subscribes */

@@ -62,6 +62,7 @@ typedef struct {
     int                     ucm_report;
     int                     ucm_external;
     double                  seccomp_timeout; /* seconds */
+    int                     seccomp_inthread;
 } ucs_ummunotify_config_t;
 
 
@@ -198,6 +199,8 @@ typedef struct {
     uint64_t unreported; /* let through unreported (timeout, own shmdt) */
     uint64_t timeouts;   /* times a report ran past the timeout */
     uint64_t abandoned;  /* answers the kernel no longer wanted */
+    uint64_t inthread;   /* calls reported in their own thread */
+    uint64_t inthread_later; /* of those, made during a report, after it */
 } ucs_ummunotify_seccomp_stats_t;
 
 
@@ -234,6 +237,34 @@ int ucs_ummunotify_seccomp_running(void);
  * Copy the seccomp source's counters.
  */
 void ucs_ummunotify_seccomp_get_stats(ucs_ummunotify_seccomp_stats_t *stats);
+
+
+/**
+ * The seccomp source's in-thread path, for the C library's munmap(),
+ * madvise() and mremap() this library defines (ummunotify_inthread.c):
+ * where the source runs with it, report the call NR with ARGS in this
+ * thread, make it from the one instruction the filter lets through and
+ * give the kernel's result (a negative errno on failure) in *RET.
+ *
+ * @return Nonzero if the call was made; zero if the caller must make it
+ *         as usual (then the filter stops it, where the source runs).
+ */
+int ucs_ummunotify_seccomp_call(int nr, const uint64_t *args, long *ret);
+
+
+/**
+ * For benchmarks: where the in-thread path runs, make the call NR from the
+ * instruction the filter lets through without reporting it (what the
+ * report costs is the difference). Returns nonzero if it was made.
+ */
+int ucs_ummunotify_seccomp_call_unreported(int nr, const uint64_t *args,
+                                           long *ret);
+
+
+/**
+ * @return Nonzero if this thread holds the notifier lock.
+ */
+int ucs_ummunotify_locked_here(void);
 
 
 /**

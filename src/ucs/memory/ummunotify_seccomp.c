@@ -110,6 +110,69 @@
 #endif
 
 
+/*
+ * long ucs_seccomp_syscall(nr, a0, a1, a2, a3, a4): the system call NR, made
+ * from the one instruction the filter lets through (the in-thread path has
+ * reported it); the kernel's result, a negative errno on failure.
+ * ucs_seccomp_syscall_ip is the address the kernel gives the filter for it:
+ * the instruction after the system call.
+ */
+#define UCS_SECCOMP_ASM_BEGIN(_type) \
+    ".text\n" \
+    ".globl ucs_seccomp_syscall\n" \
+    ".hidden ucs_seccomp_syscall\n" \
+    ".type ucs_seccomp_syscall, " _type "\n" \
+    "ucs_seccomp_syscall:\n"
+#define UCS_SECCOMP_ASM_END \
+    ".globl ucs_seccomp_syscall_ip\n" \
+    ".hidden ucs_seccomp_syscall_ip\n" \
+    "ucs_seccomp_syscall_ip:\n" \
+    "    ret\n" \
+    ".size ucs_seccomp_syscall, . - ucs_seccomp_syscall\n"
+
+#if defined(__x86_64__)
+#  if defined(__CET__)
+#    define UCS_SECCOMP_ENDBR "    endbr64\n"
+#  else
+#    define UCS_SECCOMP_ENDBR
+#  endif
+__asm__(UCS_SECCOMP_ASM_BEGIN("@function")
+        UCS_SECCOMP_ENDBR
+        "    mov %rdi, %rax\n"
+        "    mov %rsi, %rdi\n"
+        "    mov %rdx, %rsi\n"
+        "    mov %rcx, %rdx\n"
+        "    mov %r8, %r10\n"
+        "    mov %r9, %r8\n"
+        "    syscall\n"
+        UCS_SECCOMP_ASM_END);
+#  define UCS_SECCOMP_HAVE_SYSCALL 1
+#elif defined(__aarch64__)
+__asm__(UCS_SECCOMP_ASM_BEGIN("%function")
+        "    mov x8, x0\n"
+        "    mov x0, x1\n"
+        "    mov x1, x2\n"
+        "    mov x2, x3\n"
+        "    mov x3, x4\n"
+        "    mov x4, x5\n"
+        "    svc #0\n"
+        UCS_SECCOMP_ASM_END);
+#  define UCS_SECCOMP_HAVE_SYSCALL 1
+#else
+#  define UCS_SECCOMP_HAVE_SYSCALL 0
+#endif
+
+#if UCS_SECCOMP_HAVE_SYSCALL
+long ucs_seccomp_syscall(long nr, long a0, long a1, long a2, long a3,
+                         long a4);
+extern const char ucs_seccomp_syscall_ip[];
+#endif
+
+/* ummunotify_inthread.c, where it is linked in: nonzero if the process
+ * calls its munmap() */
+int ucs_ummunotify_inthread_interposed(void) __attribute__((weak));
+
+
 typedef struct {
     uint64_t id;
     uint32_t pid;
@@ -120,7 +183,7 @@ typedef struct {
 
 static struct {
     int                     state; /* 0 off, 1 running, -1 failed */
-    char                    why[200];
+    char                    why[400];
     int                     listener;
     int                     guard_sock;
     pid_t                   guard;
@@ -149,6 +212,8 @@ static struct {
     volatile uint64_t       busy_since_ns;
     volatile int            degraded;
     int                     inherited; /* EBUSY: a listener in the chain */
+    int                     inthread;  /* the in-thread path is on */
+    size_t                  page;
 
     ucs_ummunotify_seccomp_stats_t stats;
 } ucs_seccomp = {
@@ -207,6 +272,8 @@ static void ucs_seccomp_stat_add(uint64_t *counter, uint64_t value)
 
 #define UCS_SECCOMP_ARG_LO(_n) \
     (offsetof(struct seccomp_data, args) + (_n) * sizeof(uint64_t))
+#define UCS_SECCOMP_IP_LO \
+    offsetof(struct seccomp_data, instruction_pointer)
 
 /* clang-format off */
 static struct sock_filter ucs_seccomp_program[] = {
@@ -241,9 +308,19 @@ static struct sock_filter ucs_seccomp_program[] = {
     /* 24 */ BPF_STMT(BPF_LD  | BPF_W   | BPF_ABS, UCS_SECCOMP_ARG_LO(0) + 4),
     /* 25 */ BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, 0, 0, 1),
     /* 26 */ BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW),
-    /* 27 */ BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_USER_NOTIF),
+    /* 27: made from ucs_seccomp_syscall (the in-thread path reported it);
+     * the address is set at install, 0 (never a caller's) without it */
+    /* 27 */ BPF_STMT(BPF_LD  | BPF_W   | BPF_ABS, UCS_SECCOMP_IP_LO),
+    /* 28 */ BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, 0, 0, 3),
+    /* 29 */ BPF_STMT(BPF_LD  | BPF_W   | BPF_ABS, UCS_SECCOMP_IP_LO + 4),
+    /* 30 */ BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, 0, 0, 1),
+    /* 31 */ BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW),
+    /* 32 */ BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_USER_NOTIF),
 };
 /* clang-format on */
+
+#define UCS_SECCOMP_PROG_IP_LO 28 /* the instructions that hold the address */
+#define UCS_SECCOMP_PROG_IP_HI 30
 
 /* ------------------------------------------------------------ the report */
 
@@ -255,7 +332,7 @@ static unsigned ucs_seccomp_ranges(const ucs_seccomp_call_t *call,
 static void ucs_seccomp_report(ucs_ummunotify_event_type_t type,
                                uintptr_t start, uintptr_t end)
 {
-    size_t page = (size_t)sysconf(_SC_PAGESIZE);
+    size_t page = ucs_seccomp.page;
 
     start &= ~(page - 1);
     end    = (end + page - 1) & ~(page - 1);
@@ -321,6 +398,209 @@ static void ucs_seccomp_continue(uint64_t id, int counted)
     }
 }
 
+/* ------------------------------------------------- the in-thread path */
+
+/*
+ * Where this library's munmap(), madvise() and mremap() are the ones the
+ * process calls (ummunotify_inthread.c, in the module: preloaded, its
+ * symbols come before the C library's), a call through them is reported
+ * in the calling thread, before it is made, and then made from
+ * ucs_seccomp_syscall, which the filter lets through: no notification, no
+ * other thread. A call a thread makes while it reports (a callback freeing
+ * memory) is made at once and its range reported when that report ends, as
+ * the workers do with the reporter's own calls; so is one made while the
+ * thread holds the notifier lock (a SYNC client's callback). Everything
+ * else still stops at the filter.
+ */
+#define UCS_SECCOMP_LATER_LEN     32
+#define UCS_SECCOMP_REPORTING_LEN 64 /* threads reporting in-thread at once */
+
+/* what a thread unmapped while it reported, for the report's end */
+typedef struct {
+    ucs_ummunotify_range_t r[UCS_SECCOMP_LATER_LEN];
+    unsigned               count;
+    unsigned               lost;
+} ucs_seccomp_later_t;
+
+/* one thread-local object: one lookup of its address per function */
+typedef struct {
+    unsigned            depth; /* reports under way in this thread */
+    pid_t               tid;
+    ucs_seccomp_later_t later;
+} ucs_seccomp_thread_t;
+
+static __thread ucs_seccomp_thread_t ucs_seccomp_thread;
+
+/* The threads reporting in-thread now. A call of theirs that stops at the
+ * filter (the C library's own munmap() in a free() of a callback) must not
+ * wait for a worker's report, which may need what the thread holds (the
+ * notifier lock, in a SYNC client's callback): a worker that finds the
+ * caller here lets it through at once and keeps its range in the caller's
+ * list - the caller is stopped in that call meanwhile. */
+static struct {
+    volatile pid_t       tid;
+    ucs_seccomp_later_t *later;
+} ucs_seccomp_reporting[UCS_SECCOMP_REPORTING_LEN];
+
+static void ucs_seccomp_later_add(ucs_seccomp_later_t *later,
+                                  const ucs_seccomp_call_t *call)
+{
+    ucs_ummunotify_range_t r[2];
+    ucs_ummunotify_event_type_t type;
+    unsigned n, i;
+
+    n = ucs_seccomp_ranges(call, 0, r, &type);
+    for (i = 0; i < n; ++i) {
+        if (later->count == UCS_SECCOMP_LATER_LEN) {
+            ++later->lost;
+            return;
+        }
+        later->r[later->count++] = r[i];
+    }
+}
+
+/* The end of a report of this thread: report what it kept meanwhile (the
+ * calls those reports make are kept again, until none is left). */
+static void ucs_seccomp_report_later(void)
+{
+    ucs_seccomp_later_t *later = &ucs_seccomp_thread.later;
+    ucs_ummunotify_range_t r;
+    unsigned lost;
+
+    while (later->count > 0) {
+        r = later->r[--later->count];
+        ucs_seccomp_report(UCS_UMMUNOTIFY_EVENT_UNMAP, r.start, r.end);
+    }
+    lost = later->lost;
+    if (lost > 0) {
+        later->lost = 0;
+        ucs_error("notifier seccomp: %u unmaps made during one report in "
+                  "their own thread exceeded its list of %u and were not "
+                  "reported", lost, UCS_SECCOMP_LATER_LEN);
+    }
+}
+
+/* This thread starts reporting in-thread: a slot in the table, or -1 if
+ * all are taken (then the call goes to the filter). */
+static int ucs_seccomp_reporting_enter(ucs_seccomp_thread_t *self)
+{
+    pid_t none;
+    int i, slot;
+
+    if (self->tid == 0) {
+        self->tid = (pid_t)syscall(SYS_gettid);
+    }
+    for (i = 0; i < UCS_SECCOMP_REPORTING_LEN; ++i) {
+        slot = (self->tid + i) % UCS_SECCOMP_REPORTING_LEN;
+        none = 0;
+        if ((ucs_seccomp_reporting[slot].tid == 0) &&
+            __atomic_compare_exchange_n(&ucs_seccomp_reporting[slot].tid,
+                                        &none, self->tid, 0,
+                                        __ATOMIC_ACQ_REL, __ATOMIC_RELAXED)) {
+            __atomic_store_n(&ucs_seccomp_reporting[slot].later,
+                             &self->later, __ATOMIC_RELEASE);
+            return slot;
+        }
+    }
+    return -1;
+}
+
+static void ucs_seccomp_reporting_leave(int slot)
+{
+    __atomic_store_n(&ucs_seccomp_reporting[slot].later, NULL,
+                     __ATOMIC_RELEASE);
+    __atomic_store_n(&ucs_seccomp_reporting[slot].tid, 0, __ATOMIC_RELEASE);
+}
+
+/* In a worker: if the caller reports in-thread, keep its call's range for
+ * it and return nonzero. The caller waits in this call until it is let
+ * through, so its list is the worker's meanwhile. */
+static int ucs_seccomp_keep_for_reporter(const struct seccomp_notif *notif)
+{
+    ucs_seccomp_later_t *later;
+    ucs_seccomp_call_t call;
+    int i;
+
+    for (i = 0; i < UCS_SECCOMP_REPORTING_LEN; ++i) {
+        if (__atomic_load_n(&ucs_seccomp_reporting[i].tid,
+                            __ATOMIC_ACQUIRE) != (pid_t)notif->pid) {
+            continue;
+        }
+        later = __atomic_load_n(&ucs_seccomp_reporting[i].later,
+                                __ATOMIC_ACQUIRE);
+        if (later == NULL) {
+            continue; /* taking or leaving the slot: not in its report */
+        }
+        call.nr = notif->data.nr;
+        memcpy(call.args, notif->data.args, sizeof(call.args));
+        ucs_seccomp_later_add(later, &call);
+        ucs_seccomp_stat_add(&ucs_seccomp.stats.own, 1);
+        return 1;
+    }
+    return 0;
+}
+
+int ucs_ummunotify_seccomp_call(int nr, const uint64_t *args, long *ret)
+{
+#if UCS_SECCOMP_HAVE_SYSCALL
+    ucs_ummunotify_range_t r[2];
+    ucs_ummunotify_event_type_t type;
+    ucs_seccomp_thread_t *self;
+    ucs_seccomp_call_t call;
+    unsigned n, i;
+    int slot;
+
+    if (!__atomic_load_n(&ucs_seccomp.inthread, __ATOMIC_ACQUIRE)) {
+        return 0;
+    }
+
+    self    = &ucs_seccomp_thread;
+    call.nr = nr;
+    memcpy(call.args, args, 5 * sizeof(*args));
+    call.args[5] = 0;
+    if (self->depth > 0) {
+        ucs_seccomp_later_add(&self->later, &call);
+        ucs_seccomp_stat_add(&ucs_seccomp.stats.inthread_later, 1);
+    } else if (ucs_ummunotify_locked_here()) {
+        /* not in a report of ours, yet under the lock a report takes:
+         * leave it to the filter, as without this path */
+        return 0;
+    } else {
+        slot = ucs_seccomp_reporting_enter(self);
+        if (slot < 0) {
+            return 0;
+        }
+        ++self->depth;
+        n = ucs_seccomp_ranges(&call, 1, r, &type);
+        for (i = 0; i < n; ++i) {
+            ucs_seccomp_report(type, r[i].start, r[i].end);
+        }
+        ucs_seccomp_report_later();
+        --self->depth;
+        ucs_seccomp_reporting_leave(slot);
+    }
+    ucs_seccomp_stat_add(&ucs_seccomp.stats.inthread, 1);
+    *ret = ucs_seccomp_syscall(nr, args[0], args[1], args[2], args[3],
+                               args[4]);
+    return 1;
+#else
+    return 0;
+#endif
+}
+
+int ucs_ummunotify_seccomp_call_unreported(int nr, const uint64_t *args,
+                                           long *ret)
+{
+#if UCS_SECCOMP_HAVE_SYSCALL
+    if (__atomic_load_n(&ucs_seccomp.inthread, __ATOMIC_ACQUIRE)) {
+        *ret = ucs_seccomp_syscall(nr, args[0], args[1], args[2], args[3],
+                                   args[4]);
+        return 1;
+    }
+#endif
+    return 0;
+}
+
 /* Report one call, then the reporter's own calls it caused, then let it
  * run. Only the reporter runs this. */
 static void ucs_seccomp_report_call(const ucs_seccomp_call_t *call)
@@ -332,11 +612,15 @@ static void ucs_seccomp_report_call(const ucs_seccomp_call_t *call)
 
     __atomic_store_n(&ucs_seccomp.busy_since_ns, ucs_seccomp_now_ns(),
                      __ATOMIC_RELEASE);
+    /* its callbacks' calls through the in-thread path wait for the end */
+    ++ucs_seccomp_thread.depth;
     n = ucs_seccomp_ranges(call, 1, r, &type);
     for (i = 0; i < n; ++i) {
         ucs_seccomp_report(type, r[i].start, r[i].end);
     }
     ucs_seccomp_report_own();
+    ucs_seccomp_report_later();
+    --ucs_seccomp_thread.depth;
     took = ucs_seccomp_now_ns() -
            __atomic_exchange_n(&ucs_seccomp.busy_since_ns, 0,
                                __ATOMIC_ACQ_REL);
@@ -551,6 +835,12 @@ static void *ucs_seccomp_worker_main(void *arg)
         if ((pid_t)u.notif.pid == other) {
             /* the reporter's own call: through at once, reported after */
             ucs_seccomp_keep_own(&u.notif);
+            ucs_seccomp_continue(u.notif.id, 0);
+            continue;
+        }
+
+        if (ucs_seccomp_keep_for_reporter(&u.notif)) {
+            /* a call of a thread reporting in-thread: the same */
             ucs_seccomp_continue(u.notif.id, 0);
             continue;
         }
@@ -824,6 +1114,14 @@ static ucs_status_t ucs_seccomp_install(void)
 
     prog.len    = sizeof(ucs_seccomp_program) / sizeof(ucs_seccomp_program[0]);
     prog.filter = ucs_seccomp_program;
+#if UCS_SECCOMP_HAVE_SYSCALL
+    if (ucs_ummunotify_config.seccomp_inthread) {
+        ucs_seccomp_program[UCS_SECCOMP_PROG_IP_LO].k =
+                (uint32_t)(uintptr_t)ucs_seccomp_syscall_ip;
+        ucs_seccomp_program[UCS_SECCOMP_PROG_IP_HI].k =
+                (uint32_t)((uint64_t)(uintptr_t)ucs_seccomp_syscall_ip >> 32);
+    }
+#endif
 
     if (!ucs_seccomp_privileged() &&
         (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) < 0)) {
@@ -904,6 +1202,7 @@ static void ucs_seccomp_start_source(void)
     int sock;
 
     ucs_seccomp.tgid = getpid();
+    ucs_seccomp.page = (size_t)sysconf(_SC_PAGESIZE);
     if (dlsym(RTLD_DEFAULT, "__tsan_init") != NULL) {
         /* seen: a worker waiting in TSan's own mmap(MAP_FIXED) while the
          * other reported, every call of the process stuck behind them */
@@ -950,11 +1249,25 @@ static void ucs_seccomp_start_source(void)
     /* before any UCS cache subscribes: they install no hooks for it */
     ucm_set_external_event(UCM_EVENT_VM_UNMAPPED);
     __atomic_store_n(&ucs_seccomp.state, 1, __ATOMIC_RELEASE);
+    if (ucs_ummunotify_config.seccomp_inthread) {
+        __atomic_store_n(&ucs_seccomp.inthread, UCS_SECCOMP_HAVE_SYSCALL,
+                         __ATOMIC_RELEASE);
+    }
     snprintf(ucs_seccomp.why, sizeof(ucs_seccomp.why),
              "seccomp user notification on munmap, mremap, madvise, "
-             "mmap/shmat over, shmdt, brk (guard pid %d, %s wake-up)",
-             ucs_seccomp.guard,
-             ucs_seccomp.sync_wake ? "same-CPU" : "cross-CPU");
+             "mmap/shmat over, shmdt, brk (guard pid %d, %s wake-up); "
+             "in-thread path for the C library's munmap, madvise, mremap: "
+             "%s", ucs_seccomp.guard,
+             ucs_seccomp.sync_wake ? "same-CPU" : "cross-CPU",
+             !ucs_seccomp.inthread ?
+                     (UCS_SECCOMP_HAVE_SYSCALL ?
+                              "off (UCX_REMAPRING_SECCOMP_INTHREAD=n)" :
+                              "none on this architecture") :
+             ((ucs_ummunotify_inthread_interposed != NULL) &&
+              ucs_ummunotify_inthread_interposed()) ?
+                     "on" :
+                     "on, but the process calls the C library's own (this "
+                     "library is not preloaded)");
     ucs_info("notifier: seccomp source started: %s; UCM_EVENT_VM_UNMAPPED "
              "is external", ucs_seccomp.why);
     return;
@@ -1116,7 +1429,8 @@ static int ucs_seccomp_fork_child(void)
         close(ucs_seccomp.guard_sock);
         ucs_seccomp.guard_sock = -1;
     }
-    ucs_seccomp.state = -1;
+    ucs_seccomp.state    = -1;
+    ucs_seccomp.inthread = 0; /* nothing to report to here */
     snprintf(ucs_seccomp.why, sizeof(ucs_seccomp.why),
              "a fork() child cannot have its own listener (the parent's "
              "filter is inherited)");

@@ -425,26 +425,88 @@ TEST_F(seccomp_source, own_client_invalidated)
 }
 
 /* A callback that maps and unmaps memory itself (directly and through
- * malloc) must not wait for itself; what it unmapped is reported too. */
+ * malloc) must not wait for itself; what it unmapped is reported too. Both
+ * ways in: munmap() through the C library, reported in the calling thread
+ * (its callback's unmaps kept by that thread, or by a worker for the C
+ * library's own munmap() in free()), and the raw system call, reported by
+ * a worker (its callback's unmaps kept by the other worker). */
 TEST_F(seccomp_source, callback_unmaps_no_deadlock)
 {
+    struct {
+        const char *name;
+        int (*unmap)(void*, size_t);
+    } ways[] = {
+        {"munmap()", munmap},
+        {"raw munmap", [](void *p, size_t len) {
+             return (int)syscall(SYS_munmap, p, len);
+         }}
+    };
     ucs_ummunotify_seccomp_stats_t before, after;
     size_t len = 4 * page_size();
 
-    ucs_ummunotify_seccomp_get_stats(&before);
-    g_cb_unmaps = 0;
-    for (int i = 0; i < 50; ++i) {
-        void *m = map(len);
-        g_unmap_in_cb = 1;
-        munmap(m, len);
+    for (auto &w : ways) {
+        ucs_ummunotify_seccomp_get_stats(&before);
+        g_cb_unmaps = 0;
+        for (int i = 0; i < 50; ++i) {
+            void *m = map(len);
+            g_unmap_in_cb = 1;
+            w.unmap(m, len);
+        }
+        g_unmap_in_cb = 0;
+        ucs_ummunotify_seccomp_get_stats(&after);
+        uint64_t kept = (after.own - before.own) +
+                        (after.inthread_later - before.inthread_later);
+        printf("[ seccomp  ] %-10s callbacks unmapped %ld times; %llu of "
+               "their calls kept for after the report\n", w.name,
+               g_cb_unmaps.load(), (unsigned long long)kept);
+        EXPECT_GE(g_cb_unmaps.load(), 1) << w.name;
+        EXPECT_GE(kept, (uint64_t)g_cb_unmaps.load()) << w.name;
     }
-    g_unmap_in_cb = 0;
+}
+
+/* munmap() through the C library takes the in-thread path (this program
+ * links ummunotify_inthread.c, as the module does): no notification; the
+ * raw system call stops at the filter. Both are reported before they
+ * return. */
+TEST_F(seccomp_source, inthread_path)
+{
+    ucs_ummunotify_seccomp_stats_t before, mid, after;
+    size_t len = page_size();
+
+    ucs_ummunotify_seccomp_get_stats(&before);
+    for (int i = 0; i < 100; ++i) {
+        void *m = map(len);
+        g_log.clear();
+        ASSERT_EQ(0, munmap(m, len));
+        EXPECT_TRUE(g_log.covers_at((uintptr_t)m, len)) << i;
+    }
+    ucs_ummunotify_seccomp_get_stats(&mid);
+    for (int i = 0; i < 100; ++i) {
+        void *m = map(len);
+        g_log.clear();
+        ASSERT_EQ(0, syscall(SYS_munmap, m, len));
+        EXPECT_TRUE(g_log.covers_at((uintptr_t)m, len)) << i;
+    }
     ucs_ummunotify_seccomp_get_stats(&after);
-    printf("[ seccomp  ] callbacks unmapped %ld times; %llu calls of the "
-           "reporting worker itself\n", g_cb_unmaps.load(),
-           (unsigned long long)(after.own - before.own));
-    EXPECT_GE(g_cb_unmaps.load(), 1);
-    EXPECT_GE(after.own - before.own, (uint64_t)g_cb_unmaps.load());
+    printf("[ seccomp  ] munmap(): %llu in-thread, %llu notifications; raw: "
+           "%llu in-thread, %llu notifications\n",
+           (unsigned long long)(mid.inthread - before.inthread),
+           (unsigned long long)(mid.calls - before.calls),
+           (unsigned long long)(after.inthread - mid.inthread),
+           (unsigned long long)(after.calls - mid.calls));
+    EXPECT_GE(mid.inthread - before.inthread, 100u);
+    EXPECT_EQ(0u, after.inthread - mid.inthread);
+    EXPECT_GE(after.calls - mid.calls, 100u);
+
+    /* the C library's conventions, from the in-thread path */
+    errno = 0;
+    EXPECT_EQ(-1, munmap((void*)1, len)); /* not aligned */
+    EXPECT_EQ(EINVAL, errno);
+    void *m = map(2 * len);
+    void *r = mremap(m, 2 * len, len, 0);
+    EXPECT_EQ(m, r);
+    EXPECT_EQ(0, madvise(m, len, MADV_DONTNEED));
+    EXPECT_EQ(0, munmap(m, len));
 }
 
 /* Threads unmapping, remapping and discarding memory for a fixed time while
@@ -515,7 +577,9 @@ static void signal_storm(int sa_flags, long *calls_p, long *failed_p,
         started = 1;
         while (!stop) {
             void *p = map_anon(page_size());
-            if (munmap(p, page_size()) != 0) {
+            /* the raw call: a worker's path, where a call waits (the
+             * in-thread path's calls never do) */
+            if (syscall(SYS_munmap, p, page_size()) != 0) {
                 ++failed;
                 last_errno = errno;
                 munmap(p, page_size());
@@ -603,7 +667,9 @@ TEST_F(seccomp_source, fork_and_exec)
     if (pid == 0) {
         for (int i = 0; i < 100; ++i) {
             void *p = map_anon(page_size());
-            if (munmap(p, page_size()) != 0) {
+            /* the raw call: a worker's path, where a call waits (the
+             * in-thread path's calls never do) */
+            if (syscall(SYS_munmap, p, page_size()) != 0) {
                 _exit(1);
             }
             free(malloc(1 << 20));
@@ -626,13 +692,14 @@ TEST_F(seccomp_source, stuck_callback_times_out)
     ucs_ummunotify_seccomp_stats_t before, after;
     size_t len = page_size();
 
+    /* raw system calls: a worker reports, and the calls behind it wait */
     ucs_ummunotify_seccomp_get_stats(&before);
     void *a = map(len), *b = map(len);
     g_slow_ms = 3000;
-    std::thread slow([&] { munmap(a, len); });
+    std::thread slow([&] { syscall(SYS_munmap, a, len); });
     usleep(200000); /* the slow one is in its callback */
     auto t0 = std::chrono::steady_clock::now();
-    munmap(b, len);
+    syscall(SYS_munmap, b, len);
     double waited = std::chrono::duration<double>(
                             std::chrono::steady_clock::now() - t0).count();
     slow.join();
@@ -642,6 +709,24 @@ TEST_F(seccomp_source, stuck_callback_times_out)
            (unsigned long long)(after.timeouts - before.timeouts));
     EXPECT_LT(waited, 2.5);
     EXPECT_EQ(1u, after.timeouts - before.timeouts);
+
+    /* through the C library: the slow callback holds only its own thread */
+    ucs_ummunotify_seccomp_get_stats(&before);
+    a = map(len);
+    b = map(len);
+    g_slow_ms = 3000;
+    std::thread slow2([&] { munmap(a, len); });
+    usleep(200000);
+    t0 = std::chrono::steady_clock::now();
+    munmap(b, len);
+    waited = std::chrono::duration<double>(
+                     std::chrono::steady_clock::now() - t0).count();
+    slow2.join();
+    ucs_ummunotify_seccomp_get_stats(&after);
+    printf("[ seccomp  ] beside a 3 s callback in another thread, munmap() "
+           "waited %.2f s\n", waited);
+    EXPECT_LT(waited, 1.0);
+    EXPECT_EQ(0u, after.timeouts - before.timeouts);
 }
 
 
