@@ -66,6 +66,15 @@ static long ucs_inthread_result(long ret)
     return ret;
 }
 
+/* at load, so that no call (one from a signal handler, say) is the first
+ * and looks them up */
+static void __attribute__((constructor)) ucs_inthread_resolve(void)
+{
+    (void)ucs_inthread_next((void**)&ucs_inthread_next_munmap, "munmap");
+    (void)ucs_inthread_next((void**)&ucs_inthread_next_madvise, "madvise");
+    (void)ucs_inthread_next((void**)&ucs_inthread_next_mremap, "mremap");
+}
+
 int ucs_ummunotify_inthread_interposed(void)
 {
     return dlsym(RTLD_DEFAULT, "munmap") == (void*)munmap;
