@@ -43,14 +43,9 @@
 #include <ucontext.h>
 #include <unistd.h>
 
-#include "bench_time.h"
+#include <ucs/memory/seccomp_compat.h>
 
-#ifndef SECCOMP_IOCTL_NOTIF_SET_FLAGS
-#  define SECCOMP_IOCTL_NOTIF_SET_FLAGS SECCOMP_IOW(4, __u64)
-#endif
-#ifndef SECCOMP_USER_NOTIF_FD_SYNC_WAKE_UP
-#  define SECCOMP_USER_NOTIF_FD_SYNC_WAKE_UP (1UL << 0)
-#endif
+#include "bench_time.h"
 
 #define FILTER_LEN 9
 

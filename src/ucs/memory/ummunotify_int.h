@@ -19,6 +19,23 @@
 #include <ucs/memory/ummunotify.h>
 #include <ucs/datastruct/list.h>
 #include <pthread.h>
+#include <sys/mman.h>
+
+
+#ifndef MADV_DONTNEED_LOCKED
+#  define MADV_DONTNEED_LOCKED 24 /* Linux 5.18 */
+#endif
+
+
+/**
+ * @return Nonzero if madvise() with ADVICE takes memory away (what the
+ *         sources report; other advice leaves the pages in place).
+ */
+static inline int ucs_ummunotify_madv_discards(long advice)
+{
+    return (advice == MADV_DONTNEED) || (advice == MADV_FREE) ||
+           (advice == MADV_REMOVE) || (advice == MADV_DONTNEED_LOCKED);
+}
 
 
 /* Engine operations: the shape of libfabric's memory monitors. */

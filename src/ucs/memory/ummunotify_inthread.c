@@ -25,10 +25,6 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
-#ifndef MADV_DONTNEED_LOCKED
-#  define MADV_DONTNEED_LOCKED 24
-#endif
-
 #define UCS_INTHREAD_EXPORT __attribute__((visibility("default")))
 
 typedef int (*ucs_inthread_munmap_t)(void*, size_t);
@@ -104,8 +100,7 @@ UCS_INTHREAD_EXPORT int madvise(void *addr, size_t length, int advice)
     long ret;
 
     /* what the filter stops; other advice takes no memory away */
-    if (((advice == MADV_DONTNEED) || (advice == MADV_FREE) ||
-         (advice == MADV_REMOVE) || (advice == MADV_DONTNEED_LOCKED)) &&
+    if (ucs_ummunotify_madv_discards(advice) &&
         ucs_ummunotify_seccomp_call(SYS_madvise, args, &ret)) {
         return (int)ucs_inthread_result(ret);
     }

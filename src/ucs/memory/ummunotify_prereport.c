@@ -69,9 +69,6 @@
 #define UCS_PREREPORT_RETRIES     4
 #define UCS_PREREPORT_LINE        256  /* a syscall file is < 200 bytes */
 
-#ifndef MADV_DONTNEED_LOCKED
-#define MADV_DONTNEED_LOCKED      24
-#endif
 
 
 typedef struct {
@@ -196,8 +193,7 @@ static int ucs_prereport_parse(const char *line)
         ucs_prereport_add(a[0], a[1]);
         break;
     case SYS_madvise:
-        if ((a[2] == MADV_DONTNEED) || (a[2] == MADV_FREE) ||
-            (a[2] == MADV_REMOVE) || (a[2] == MADV_DONTNEED_LOCKED)) {
+        if (ucs_ummunotify_madv_discards((long)a[2])) {
             ucs_prereport_add(a[0], a[1]);
         }
         break;

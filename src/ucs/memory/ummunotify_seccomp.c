@@ -7,6 +7,7 @@
 #endif
 
 #include "ummunotify_int.h"
+#include "seccomp_compat.h"
 
 #include <ucm/api/ucm.h>
 #include <ucs/debug/log_def.h>
@@ -90,18 +91,6 @@
 #define UCS_SECCOMP_TICK_MS     100
 #define UCS_SECCOMP_KNOWN_TIDS  64    /* a worker's cache of our threads */
 
-#ifndef SECCOMP_FILTER_FLAG_WAIT_KILLABLE_RECV
-#  define SECCOMP_FILTER_FLAG_WAIT_KILLABLE_RECV (1UL << 5)
-#endif
-#ifndef SECCOMP_IOCTL_NOTIF_SET_FLAGS
-#  define SECCOMP_IOCTL_NOTIF_SET_FLAGS      SECCOMP_IOW(4, __u64)
-#endif
-#ifndef SECCOMP_USER_NOTIF_FD_SYNC_WAKE_UP
-#  define SECCOMP_USER_NOTIF_FD_SYNC_WAKE_UP (1UL << 0)
-#endif
-#ifndef MADV_DONTNEED_LOCKED
-#  define MADV_DONTNEED_LOCKED 24
-#endif
 
 #if defined(__x86_64__)
 #  define UCS_SECCOMP_AUDIT_ARCH AUDIT_ARCH_X86_64
