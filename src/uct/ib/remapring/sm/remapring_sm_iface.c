@@ -130,6 +130,22 @@ _Static_assert((UCT_REMAPRING_CHECK_PERIOD % UCT_REMAPRING_YIELD_PERIOD) == 0,
                "checks come on a yield");
 
 
+/* the settings of this transport alone; the base checks the shared ones
+ * when the interface opens */
+static ucs_status_t
+uct_remapring_sm_iface_config_check_own(
+        const uct_remapring_sm_iface_config_t *config)
+{
+    if ((config->max_peers < 1) ||
+        (config->max_peers > UCT_REMAPRING_MAX_PEERS)) {
+        ucs_error("UCX_REMAPRING_MAX_PEERS=%u must be between 1 and %d",
+                  config->max_peers, UCT_REMAPRING_MAX_PEERS);
+        return UCS_ERR_INVALID_PARAM;
+    }
+
+    return UCS_OK;
+}
+
 ucs_status_t uct_remapring_sm_iface_config_check(
         const uct_remapring_sm_iface_config_t *config)
 {
@@ -143,14 +159,7 @@ ucs_status_t uct_remapring_sm_iface_config_check(
         return status;
     }
 
-    if ((config->max_peers < 1) ||
-        (config->max_peers > UCT_REMAPRING_MAX_PEERS)) {
-        ucs_error("UCX_REMAPRING_MAX_PEERS=%u must be between 1 and %d",
-                  config->max_peers, UCT_REMAPRING_MAX_PEERS);
-        return UCS_ERR_INVALID_PARAM;
-    }
-
-    return UCS_OK;
+    return uct_remapring_sm_iface_config_check_own(config);
 }
 
 static ucs_status_t
@@ -523,7 +532,7 @@ static UCS_CLASS_INIT_FUNC(uct_remapring_sm_iface_t, uct_md_h md,
     uct_remapring_iface_config_resolve(&resolved.super,
                                        UCT_REMAPRING_SM_BLOCK_SIZE_K *
                                                UCS_KBYTE);
-    status = uct_remapring_sm_iface_config_check(config);
+    status = uct_remapring_sm_iface_config_check_own(config);
     if (status != UCS_OK) {
         return status;
     }
