@@ -17,8 +17,10 @@
 #   --tsan      build with ThreadSanitizer in BUILD_DIR (default
 #               build-tsan/) and run, unless -R names others, the cases of
 #               the ring engine (writer and reader in two threads,
-#               reclaims), the memory cache and the notifier (its monitor
-#               thread) under it; a report fails the case, fork tests skip.
+#               reclaims), the memory cache, the notifier (its monitor
+#               thread) and its seccomp source (workers, in-thread path)
+#               under it; a report fails the case (contrib/tsan.supp: UCX's
+#               own, with reasons), fork tests skip.
 #               UCX's own libraries are not instrumented, and UCM's mmap
 #               hooks are turned off (UCX_MEM_MMAP_HOOK_MODE=none: its
 #               madvise hook runs in exiting threads TSan no longer tracks)
@@ -87,7 +89,7 @@ case "$mode" in
     "$top/contrib/build.sh" --disable-werror \
         CFLAGS="-O1 -g -fsanitize=thread" CXXFLAGS="-O1 -g -fsanitize=thread" \
         LDFLAGS="-fsanitize=thread"
-    export TSAN_OPTIONS=${TSAN_OPTIONS:-halt_on_error=1:exitcode=66}
+    export TSAN_OPTIONS=${TSAN_OPTIONS:-halt_on_error=1:exitcode=66:suppressions=$top/contrib/tsan.supp}
     export UCX_MEM_MMAP_HOOK_MODE=none
     # the hooks are off for TSan's sake: keep the notifier's default
     # engine what it is elsewhere (auto would pick the seccomp source)
@@ -97,7 +99,7 @@ case "$mode" in
     # own layout refuses ("mmap at bad address")
     case " $* " in
     *" -R "*) ;;
-    *) set -- -R '^(ring|memcache|notifier)/' -E 'race_stress' "$@" ;;
+    *) set -- -R '^(ring|memcache|notifier|seccomp)/' -E 'race_stress' "$@" ;;
     esac
     ;;
 --valgrind)

@@ -261,12 +261,14 @@ void ucs_ummunotify_seccomp_get_stats(ucs_ummunotify_seccomp_stats_t *stats);
  * madvise() and mremap() this library defines (ummunotify_inthread.c):
  * where the source runs with it, report the call NR with ARGS in this
  * thread, make it from the one instruction the filter lets through and
- * give the kernel's result (a negative errno on failure) in *RET.
+ * give the kernel's result (a negative errno on failure) in *RET. CALLER,
+ * the address the call came from, tells ThreadSanitizer's own calls.
  *
  * @return Nonzero if the call was made; zero if the caller must make it
  *         as usual (then the filter stops it, where the source runs).
  */
-int ucs_ummunotify_seccomp_call(int nr, const uint64_t *args, long *ret);
+int ucs_ummunotify_seccomp_call(int nr, const uint64_t *args, long *ret,
+                                uintptr_t caller);
 
 
 /**

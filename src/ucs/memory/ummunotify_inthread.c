@@ -26,6 +26,8 @@
 #include <unistd.h>
 
 #define UCS_INTHREAD_EXPORT __attribute__((visibility("default")))
+#define UCS_INTHREAD_CALLER \
+    ((uintptr_t)__builtin_extract_return_addr(__builtin_return_address(0)))
 
 typedef int (*ucs_inthread_munmap_t)(void*, size_t);
 typedef int (*ucs_inthread_madvise_t)(void*, size_t, int);
@@ -82,7 +84,8 @@ UCS_INTHREAD_EXPORT int munmap(void *addr, size_t length)
     ucs_inthread_munmap_t next;
     long ret;
 
-    if (ucs_ummunotify_seccomp_call(SYS_munmap, args, &ret)) {
+    if (ucs_ummunotify_seccomp_call(SYS_munmap, args, &ret,
+                                    UCS_INTHREAD_CALLER)) {
         return (int)ucs_inthread_result(ret);
     }
     next = (ucs_inthread_munmap_t)ucs_inthread_next(
@@ -101,7 +104,8 @@ UCS_INTHREAD_EXPORT int madvise(void *addr, size_t length, int advice)
 
     /* what the filter stops; other advice takes no memory away */
     if (ucs_ummunotify_madv_discards(advice) &&
-        ucs_ummunotify_seccomp_call(SYS_madvise, args, &ret)) {
+        ucs_ummunotify_seccomp_call(SYS_madvise, args, &ret,
+                                    UCS_INTHREAD_CALLER)) {
         return (int)ucs_inthread_result(ret);
     }
     next = (ucs_inthread_madvise_t)ucs_inthread_next(
@@ -129,7 +133,8 @@ UCS_INTHREAD_EXPORT void *mremap(void *old_address, size_t old_size,
         va_end(ap);
         args[4] = (uintptr_t)new_address;
     }
-    if (ucs_ummunotify_seccomp_call(SYS_mremap, args, &ret)) {
+    if (ucs_ummunotify_seccomp_call(SYS_mremap, args, &ret,
+                                    UCS_INTHREAD_CALLER)) {
         return (void*)ucs_inthread_result(ret);
     }
     next = (ucs_inthread_mremap_t)ucs_inthread_next(

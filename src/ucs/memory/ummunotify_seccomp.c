@@ -15,6 +15,8 @@
 #include <ucs/sys/math.h>
 
 #include <dlfcn.h>
+#include <elf.h>
+#include <link.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <linux/audit.h>
@@ -203,6 +205,8 @@ static struct {
     int                     inherited; /* EBUSY: a listener in the chain */
     int                     inthread;  /* the in-thread path is on */
     size_t                  page;
+    uintptr_t               tsan_start; /* ThreadSanitizer's code */
+    uintptr_t               tsan_end;
 
     ucs_ummunotify_seccomp_stats_t stats;
 } ucs_seccomp = {
@@ -304,12 +308,25 @@ static struct sock_filter ucs_seccomp_program[] = {
     /* 29 */ BPF_STMT(BPF_LD  | BPF_W   | BPF_ABS, UCS_SECCOMP_IP_LO + 4),
     /* 30 */ BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, 0, 0, 1),
     /* 31 */ BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW),
-    /* 32 */ BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_USER_NOTIF),
+    /* 32: made by ThreadSanitizer's runtime from its own code (its shadow,
+     * its allocator's memory); the range is set at install, empty (no
+     * address is at or above 0 and below 0) without it */
+    /* 32 */ BPF_STMT(BPF_LD  | BPF_W   | BPF_ABS, UCS_SECCOMP_IP_LO + 4),
+    /* 33 */ BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, 0, 0, 4),
+    /* 34 */ BPF_STMT(BPF_LD  | BPF_W   | BPF_ABS, UCS_SECCOMP_IP_LO),
+    /* 35 */ BPF_JUMP(BPF_JMP | BPF_JGE | BPF_K, 0, 0, 2),
+    /* 36 */ BPF_JUMP(BPF_JMP | BPF_JGE | BPF_K, 0, 1, 0),
+    /* 37 */ BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW),
+    /* 38 */ BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_USER_NOTIF),
 };
 /* clang-format on */
 
-#define UCS_SECCOMP_PROG_IP_LO 28 /* the instructions that hold the address */
-#define UCS_SECCOMP_PROG_IP_HI 30
+/* the instructions that hold the addresses */
+#define UCS_SECCOMP_PROG_IP_LO   28
+#define UCS_SECCOMP_PROG_IP_HI   30
+#define UCS_SECCOMP_PROG_TSAN_HI 33
+#define UCS_SECCOMP_PROG_TSAN_LO 35
+#define UCS_SECCOMP_PROG_TSAN_END 36
 
 /* ------------------------------------------------------------ the report */
 
@@ -436,15 +453,19 @@ static void ucs_seccomp_later_add(ucs_seccomp_later_t *later,
 {
     ucs_ummunotify_range_t r[2];
     ucs_ummunotify_event_type_t type;
-    unsigned n, i;
+    unsigned n, i, count;
 
+    /* atomics: a worker adds to a thread's list while the thread waits
+     * in a call, which orders the two for the kernel but not for TSan */
     n = ucs_seccomp_ranges(call, 0, r, &type);
     for (i = 0; i < n; ++i) {
-        if (later->count == UCS_SECCOMP_LATER_LEN) {
-            ++later->lost;
+        count = __atomic_load_n(&later->count, __ATOMIC_ACQUIRE);
+        if (count == UCS_SECCOMP_LATER_LEN) {
+            __atomic_fetch_add(&later->lost, 1, __ATOMIC_RELAXED);
             return;
         }
-        later->r[later->count++] = r[i];
+        later->r[count] = r[i];
+        __atomic_store_n(&later->count, count + 1, __ATOMIC_RELEASE);
     }
 }
 
@@ -454,15 +475,15 @@ static void ucs_seccomp_report_later(void)
 {
     ucs_seccomp_later_t *later = &ucs_seccomp_thread.later;
     ucs_ummunotify_range_t r;
-    unsigned lost;
+    unsigned count, lost;
 
-    while (later->count > 0) {
-        r = later->r[--later->count];
+    while ((count = __atomic_load_n(&later->count, __ATOMIC_ACQUIRE)) > 0) {
+        r = later->r[count - 1];
+        __atomic_store_n(&later->count, count - 1, __ATOMIC_RELEASE);
         ucs_seccomp_report(UCS_UMMUNOTIFY_EVENT_UNMAP, r.start, r.end);
     }
-    lost = later->lost;
+    lost = __atomic_exchange_n(&later->lost, 0, __ATOMIC_ACQ_REL);
     if (lost > 0) {
-        later->lost = 0;
         ucs_error("notifier seccomp: %u unmaps made during one report in "
                   "their own thread exceeded its list of %u and were not "
                   "reported", lost, UCS_SECCOMP_LATER_LEN);
@@ -529,7 +550,8 @@ static int ucs_seccomp_keep_for_reporter(const struct seccomp_notif *notif)
     return 0;
 }
 
-int ucs_ummunotify_seccomp_call(int nr, const uint64_t *args, long *ret)
+int ucs_ummunotify_seccomp_call(int nr, const uint64_t *args, long *ret,
+                                uintptr_t caller)
 {
 #if UCS_SECCOMP_HAVE_SYSCALL
     ucs_ummunotify_range_t r[2];
@@ -541,6 +563,15 @@ int ucs_ummunotify_seccomp_call(int nr, const uint64_t *args, long *ret)
 
     if (!__atomic_load_n(&ucs_seccomp.inthread, __ATOMIC_ACQUIRE)) {
         return 0;
+    }
+
+    if ((caller >= ucs_seccomp.tsan_start) && (caller < ucs_seccomp.tsan_end)) {
+        /* ThreadSanitizer's runtime (its symbolizer, in a report): its own
+         * memory, unreported, as the filter lets its system calls through;
+         * a report would run instrumented callbacks inside TSan's */
+        *ret = ucs_seccomp_syscall(nr, args[0], args[1], args[2], args[3],
+                                   args[4]);
+        return 1;
     }
 
     self    = &ucs_seccomp_thread;
@@ -694,14 +725,15 @@ static int ucs_seccomp_check_stuck(void)
     int len;
 
     if ((since == 0) || (ucs_seccomp_now_ns() - since < limit)) {
-        if (ucs_seccomp.degraded && (since == 0)) {
-            ucs_seccomp.degraded = 0;
+        /* either worker may be the one that is not reporting */
+        if ((since == 0) &&
+            __atomic_load_n(&ucs_seccomp.degraded, __ATOMIC_RELAXED)) {
+            __atomic_store_n(&ucs_seccomp.degraded, 0, __ATOMIC_RELAXED);
         }
         return 0;
     }
 
-    if (!ucs_seccomp.degraded) {
-        ucs_seccomp.degraded = 1;
+    if (!__atomic_exchange_n(&ucs_seccomp.degraded, 1, __ATOMIC_RELAXED)) {
         ucs_seccomp_stat_add(&ucs_seccomp.stats.timeouts, 1);
         /* this worker must not allocate (its own unmap would wait for
          * itself), and UCS's log may: one raw line now, the reporter's
@@ -1103,6 +1135,14 @@ static ucs_status_t ucs_seccomp_install(void)
 
     prog.len    = sizeof(ucs_seccomp_program) / sizeof(ucs_seccomp_program[0]);
     prog.filter = ucs_seccomp_program;
+    if (ucs_seccomp.tsan_end > ucs_seccomp.tsan_start) {
+        ucs_seccomp_program[UCS_SECCOMP_PROG_TSAN_HI].k =
+                (uint32_t)((uint64_t)ucs_seccomp.tsan_start >> 32);
+        ucs_seccomp_program[UCS_SECCOMP_PROG_TSAN_LO].k =
+                (uint32_t)ucs_seccomp.tsan_start;
+        ucs_seccomp_program[UCS_SECCOMP_PROG_TSAN_END].k =
+                (uint32_t)ucs_seccomp.tsan_end;
+    }
 #if UCS_SECCOMP_HAVE_SYSCALL
     if (ucs_ummunotify_config.seccomp_inthread) {
         ucs_seccomp_program[UCS_SECCOMP_PROG_IP_LO].k =
@@ -1183,6 +1223,64 @@ static ucs_status_t ucs_seccomp_start_threads(void)
     return UCS_OK;
 }
 
+typedef struct {
+    uintptr_t addr;  /* an address in the code looked for */
+    uintptr_t start;
+    uintptr_t end;
+} ucs_seccomp_segment_t;
+
+static int ucs_seccomp_find_segment(struct dl_phdr_info *info, size_t size,
+                                    void *arg)
+{
+    ucs_seccomp_segment_t *seg = arg;
+    uintptr_t start;
+    int i;
+
+    for (i = 0; i < info->dlpi_phnum; ++i) {
+        if ((info->dlpi_phdr[i].p_type != PT_LOAD) ||
+            !(info->dlpi_phdr[i].p_flags & PF_X)) {
+            continue;
+        }
+        start = info->dlpi_addr + info->dlpi_phdr[i].p_vaddr;
+        if ((seg->addr >= start) &&
+            (seg->addr < start + info->dlpi_phdr[i].p_memsz)) {
+            seg->start = start;
+            seg->end   = start + info->dlpi_phdr[i].p_memsz;
+            return 1;
+        }
+    }
+    return 0;
+}
+
+/*
+ * Under ThreadSanitizer: the range of its runtime's code, whose own system
+ * calls (its shadow memory, the memory of its allocator, which serves the
+ * program's malloc()) the filter lets through unreported - else a worker
+ * that TSan's code, running inside the worker's own calls, makes map or
+ * unmap waits for itself. The price: what TSan's allocator gives back of
+ * the heap goes unreported, in a TSan build. Returns 0 if TSan runs and
+ * its code was not found (or crosses a 4 GiB boundary, which the filter's
+ * 32-bit comparisons cannot take); 1 otherwise, the range empty without
+ * TSan.
+ */
+static int ucs_seccomp_tsan_code(uintptr_t *start, uintptr_t *end)
+{
+    ucs_seccomp_segment_t seg = {0, 0, 0};
+
+    *start = *end = 0;
+    seg.addr      = (uintptr_t)dlsym(RTLD_DEFAULT, "__tsan_init");
+    if (seg.addr == 0) {
+        return 1;
+    }
+    if (!dl_iterate_phdr(ucs_seccomp_find_segment, &seg) ||
+        ((seg.start >> 32) != ((seg.end - 1) >> 32))) {
+        return 0;
+    }
+    *start = seg.start;
+    *end   = seg.end;
+    return 1;
+}
+
 /* Start the source (once). */
 static void ucs_seccomp_start_source(void)
 {
@@ -1192,13 +1290,15 @@ static void ucs_seccomp_start_source(void)
 
     ucs_seccomp.tgid = getpid();
     ucs_seccomp.page = (size_t)sysconf(_SC_PAGESIZE);
-    if (dlsym(RTLD_DEFAULT, "__tsan_init") != NULL) {
+    if (!ucs_seccomp_tsan_code(&ucs_seccomp.tsan_start,
+                               &ucs_seccomp.tsan_end)) {
         /* seen: a worker waiting in TSan's own mmap(MAP_FIXED) while the
          * other reported, every call of the process stuck behind them */
         snprintf(ucs_seccomp.why, sizeof(ucs_seccomp.why),
                  "ThreadSanitizer's runtime maps and unmaps memory at fixed "
                  "addresses from within any thread's calls, the source's "
-                 "own threads too, which would then wait for themselves");
+                 "own threads too, and its code could not be found to let "
+                 "those calls through");
         goto failed;
     }
     if (syscall(SYS_seccomp, SECCOMP_GET_NOTIF_SIZES, 0, &ucs_seccomp.sizes) <

@@ -119,6 +119,11 @@ static inline void *map_anon(size_t len, void *addr = NULL, int flags = 0)
  */
 static inline char *reserve_low(size_t len, uintptr_t hint = 0x500000000000ul)
 {
+#if defined(__SANITIZE_THREAD__)
+    /* ThreadSanitizer's layout: application memory from 0x7e8000000000
+     * (below the libraries and the stack), not at 0x5000... */
+    hint = 0x7e8000000000ul + (hint - 0x500000000000ul);
+#endif
     void *p = mmap((void*)hint, len, PROT_NONE,
                    MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED_NOREPLACE, -1, 0);
     if (p == MAP_FAILED) {

@@ -119,11 +119,6 @@ protected:
             GTEST_SKIP() << "valgrind runs the client's system calls itself "
                             "and does not support seccomp user notification";
         }
-#if defined(__SANITIZE_THREAD__)
-        GTEST_SKIP() << "ThreadSanitizer's runtime unmaps and maps at fixed "
-                        "addresses from the source's own threads: the "
-                        "source refuses to start under it";
-#endif
         /* the source starts with the first subscriber, as it would with
          * UCX's first registration cache */
         ASSERT_TRUE(ucs_ummunotify_seccomp_wanted());
