@@ -82,13 +82,19 @@
  *  copies that chunk then */
 #define UCT_REMAPRING_SHARE_TIMEOUT 10
 
-/** Shortest and longest chunk: shorter ones cost the two processes more
- *  in their shared words and system calls than a second core saves; an
- *  operation is cut in at most UCT_REMAPRING_SHARE_MAX_CHUNKS chunks of at
- *  least the shortest (measured on two cores: 64 KiB chunks of 1 MiB moved
- *  19 GB/s, 256 KiB chunks 39 GB/s, one core alone 23 GB/s) */
+/** Shortest and longest chunk. An operation is cut in two halves, each
+ *  process copying one with a single system call, up to halves of the
+ *  longest chunk; longer ones in chunks of that size (at most
+ *  UCT_REMAPRING_SHARE_MAX_CHUNKS of them). Shorter chunks cost the two
+ *  processes more in their shared words and system calls than a second
+ *  core saves, and interleave the two copies: UCP tag_bw on two cores, the
+ *  median of three runs, halves against 256 KiB chunks: 1 MiB 38 against
+ *  28 GB/s, 4 MiB 71 against 44, 16 MiB 56 against 25; at 64 MiB, out of
+ *  cache, any chunk from 1 MiB on moved about 24 GB/s, and halves of 32 MiB
+ *  varied from 8 to 31 (docs/performance.md). A helper that starts late
+ *  leaves its half to the requester, which takes every chunk still free. */
 #define UCT_REMAPRING_SHARE_CHUNK_MIN  (64 * UCS_KBYTE)
-#define UCT_REMAPRING_SHARE_CHUNK_GOOD (256 * UCS_KBYTE)
+#define UCT_REMAPRING_SHARE_CHUNK_MAX  (8 * UCS_MBYTE)
 
 
 static UCS_F_ALWAYS_INLINE uint64_t uct_remapring_share_word(uint32_t gen,
@@ -97,11 +103,11 @@ static UCS_F_ALWAYS_INLINE uint64_t uct_remapring_share_word(uint32_t gen,
     return ((uint64_t)gen << 32) | chunk;
 }
 
-/* The chunk size for an operation of @a length bytes: two halves of a short
- * one, good-sized chunks of a long one, at most the chunk count */
+/* The chunk size for an operation of @a length bytes: two halves, up to
+ * the longest chunk, at most the chunk count */
 static size_t uct_remapring_share_chunk(size_t length)
 {
-    size_t chunk = ucs_min(length / 2, UCT_REMAPRING_SHARE_CHUNK_GOOD);
+    size_t chunk = ucs_min(length / 2, UCT_REMAPRING_SHARE_CHUNK_MAX);
 
     chunk = ucs_max(chunk,
                     ucs_div_round_up(length, UCT_REMAPRING_SHARE_MAX_CHUNKS));
