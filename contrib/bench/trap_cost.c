@@ -50,28 +50,13 @@
 #define FILTER_LEN 9
 
 #if defined(__x86_64__)
-/* long trap_syscall(nr, a0, a1, a2, a3, a4, a5): the one system call
- * instruction the trap filter lets through; trap_syscall_ip is the address
- * the kernel reports for it (the instruction after it) */
-extern const char trap_syscall_ip[];
+/* trap_syscall(nr, a0, ..., a5): the one system call instruction the trap
+ * filter lets through; trap_syscall_ip, the address the kernel reports for
+ * it (seccomp_compat.h) */
+REMAPRING_SECCOMP_SYSCALL_ASM(trap_syscall, ".globl");
 long trap_syscall(long nr, long a0, long a1, long a2, long a3, long a4,
                   long a5);
-__asm__(".text\n"
-        ".globl trap_syscall\n"
-        ".type trap_syscall, @function\n"
-        "trap_syscall:\n"
-        "    mov %rdi, %rax\n"
-        "    mov %rsi, %rdi\n"
-        "    mov %rdx, %rsi\n"
-        "    mov %rcx, %rdx\n"
-        "    mov %r8, %r10\n"
-        "    mov %r9, %r8\n"
-        "    mov 8(%rsp), %r9\n"
-        "    syscall\n"
-        ".globl trap_syscall_ip\n"
-        "trap_syscall_ip:\n"
-        "    ret\n"
-        ".size trap_syscall, . - trap_syscall\n");
+extern const char trap_syscall_ip[];
 
 static void trap_handler(int sig, siginfo_t *si, void *arg)
 {

@@ -101,61 +101,13 @@
 #endif
 
 
-/*
- * long ucs_seccomp_syscall(nr, a0, a1, a2, a3, a4): the system call NR, made
- * from the one instruction the filter lets through (the in-thread path has
- * reported it); the kernel's result, a negative errno on failure.
- * ucs_seccomp_syscall_ip is the address the kernel gives the filter for it:
- * the instruction after the system call.
- */
-#define UCS_SECCOMP_ASM_BEGIN(_type) \
-    ".text\n" \
-    ".globl ucs_seccomp_syscall\n" \
-    ".hidden ucs_seccomp_syscall\n" \
-    ".type ucs_seccomp_syscall, " _type "\n" \
-    "ucs_seccomp_syscall:\n"
-#define UCS_SECCOMP_ASM_END \
-    ".globl ucs_seccomp_syscall_ip\n" \
-    ".hidden ucs_seccomp_syscall_ip\n" \
-    "ucs_seccomp_syscall_ip:\n" \
-    "    ret\n" \
-    ".size ucs_seccomp_syscall, . - ucs_seccomp_syscall\n"
-
-#if defined(__x86_64__)
-#  if defined(__CET__)
-#    define UCS_SECCOMP_ENDBR "    endbr64\n"
-#  else
-#    define UCS_SECCOMP_ENDBR
-#  endif
-__asm__(UCS_SECCOMP_ASM_BEGIN("@function")
-        UCS_SECCOMP_ENDBR
-        "    mov %rdi, %rax\n"
-        "    mov %rsi, %rdi\n"
-        "    mov %rdx, %rsi\n"
-        "    mov %rcx, %rdx\n"
-        "    mov %r8, %r10\n"
-        "    mov %r9, %r8\n"
-        "    syscall\n"
-        UCS_SECCOMP_ASM_END);
-#  define UCS_SECCOMP_HAVE_SYSCALL 1
-#elif defined(__aarch64__)
-__asm__(UCS_SECCOMP_ASM_BEGIN("%function")
-        "    mov x8, x0\n"
-        "    mov x0, x1\n"
-        "    mov x1, x2\n"
-        "    mov x2, x3\n"
-        "    mov x3, x4\n"
-        "    mov x4, x5\n"
-        "    svc #0\n"
-        UCS_SECCOMP_ASM_END);
-#  define UCS_SECCOMP_HAVE_SYSCALL 1
-#else
-#  define UCS_SECCOMP_HAVE_SYSCALL 0
-#endif
-
-#if UCS_SECCOMP_HAVE_SYSCALL
+/* ucs_seccomp_syscall(nr, a0, ..., a5), the one instruction the filter
+ * lets through (the in-thread path has reported the call), and
+ * ucs_seccomp_syscall_ip, the address the filter compares */
+#if REMAPRING_SECCOMP_HAVE_SYSCALL
+REMAPRING_SECCOMP_SYSCALL_ASM(ucs_seccomp_syscall, ".hidden");
 long ucs_seccomp_syscall(long nr, long a0, long a1, long a2, long a3,
-                         long a4);
+                         long a4, long a5);
 extern const char ucs_seccomp_syscall_ip[];
 #endif
 
@@ -553,7 +505,7 @@ static int ucs_seccomp_keep_for_reporter(const struct seccomp_notif *notif)
 int ucs_ummunotify_seccomp_call(int nr, const uint64_t *args, long *ret,
                                 uintptr_t caller)
 {
-#if UCS_SECCOMP_HAVE_SYSCALL
+#if REMAPRING_SECCOMP_HAVE_SYSCALL
     ucs_ummunotify_range_t r[2];
     ucs_ummunotify_event_type_t type;
     ucs_seccomp_thread_t *self;
@@ -570,7 +522,7 @@ int ucs_ummunotify_seccomp_call(int nr, const uint64_t *args, long *ret,
          * memory, unreported, as the filter lets its system calls through;
          * a report would run instrumented callbacks inside TSan's */
         *ret = ucs_seccomp_syscall(nr, args[0], args[1], args[2], args[3],
-                                   args[4]);
+                                   args[4], 0);
         return 1;
     }
 
@@ -601,7 +553,7 @@ int ucs_ummunotify_seccomp_call(int nr, const uint64_t *args, long *ret,
     }
     ucs_seccomp_stat_add(&ucs_seccomp.stats.inthread, 1);
     *ret = ucs_seccomp_syscall(nr, args[0], args[1], args[2], args[3],
-                               args[4]);
+                               args[4], 0);
     return 1;
 #else
     return 0;
@@ -611,10 +563,10 @@ int ucs_ummunotify_seccomp_call(int nr, const uint64_t *args, long *ret,
 int ucs_ummunotify_seccomp_call_unreported(int nr, const uint64_t *args,
                                            long *ret)
 {
-#if UCS_SECCOMP_HAVE_SYSCALL
+#if REMAPRING_SECCOMP_HAVE_SYSCALL
     if (__atomic_load_n(&ucs_seccomp.inthread, __ATOMIC_ACQUIRE)) {
         *ret = ucs_seccomp_syscall(nr, args[0], args[1], args[2], args[3],
-                                   args[4]);
+                                   args[4], 0);
         return 1;
     }
 #endif
@@ -1143,7 +1095,7 @@ static ucs_status_t ucs_seccomp_install(void)
         ucs_seccomp_program[UCS_SECCOMP_PROG_TSAN_END].k =
                 (uint32_t)ucs_seccomp.tsan_end;
     }
-#if UCS_SECCOMP_HAVE_SYSCALL
+#if REMAPRING_SECCOMP_HAVE_SYSCALL
     if (ucs_ummunotify_config.seccomp_inthread) {
         ucs_seccomp_program[UCS_SECCOMP_PROG_IP_LO].k =
                 (uint32_t)(uintptr_t)ucs_seccomp_syscall_ip;
@@ -1339,8 +1291,8 @@ static void ucs_seccomp_start_source(void)
     ucm_set_external_event(UCM_EVENT_VM_UNMAPPED);
     __atomic_store_n(&ucs_seccomp.state, 1, __ATOMIC_RELEASE);
     if (ucs_ummunotify_config.seccomp_inthread) {
-        __atomic_store_n(&ucs_seccomp.inthread, UCS_SECCOMP_HAVE_SYSCALL,
-                         __ATOMIC_RELEASE);
+        __atomic_store_n(&ucs_seccomp.inthread,
+                         REMAPRING_SECCOMP_HAVE_SYSCALL, __ATOMIC_RELEASE);
     }
     snprintf(ucs_seccomp.why, sizeof(ucs_seccomp.why),
              "seccomp user notification on munmap, mremap, madvise, "
@@ -1349,7 +1301,7 @@ static void ucs_seccomp_start_source(void)
              "%s", ucs_seccomp.guard,
              ucs_seccomp.sync_wake ? "same-CPU" : "cross-CPU",
              !ucs_seccomp.inthread ?
-                     (UCS_SECCOMP_HAVE_SYSCALL ?
+                     (REMAPRING_SECCOMP_HAVE_SYSCALL ?
                               "off (UCX_REMAPRING_SECCOMP_INTHREAD=n)" :
                               "none on this architecture") :
              ((ucs_ummunotify_inthread_interposed != NULL) &&
