@@ -85,14 +85,15 @@
 /** Shortest and longest chunk. An operation is cut in two halves, each
  *  process copying one with a single system call, up to halves of the
  *  longest chunk; longer ones in chunks of that size (at most
- *  UCT_REMAPRING_SHARE_MAX_CHUNKS of them). Shorter chunks cost the two
- *  processes more in their shared words and system calls than a second
- *  core saves, and interleave the two copies: UCP tag_bw on two cores, the
- *  median of three runs, halves against 256 KiB chunks: 1 MiB 38 against
- *  28 GB/s, 4 MiB 71 against 44, 16 MiB 56 against 25; at 64 MiB, out of
- *  cache, any chunk from 1 MiB on moved about 24 GB/s, and halves of 32 MiB
- *  varied from 8 to 31 (docs/performance.md). A helper that starts late
- *  leaves its half to the requester, which takes every chunk still free. */
+ *  UCT_REMAPRING_SHARE_MAX_CHUNKS of them). Shorter chunks go to whichever
+ *  process takes each first, and their lines are then often in the other
+ *  core's caches: the copy itself ran at half the speed (perf), UCP tag_bw
+ *  on two cores, medians of three runs, halves against 256 KiB chunks:
+ *  1 MiB 38 against 28 GB/s, 4 MiB 71 against 44, 16 MiB 56 against 25; at
+ *  64 MiB, out of cache, any chunk from 1 MiB on moved about 24 GB/s, and
+ *  halves of 32 MiB varied from 8 to 31 (docs/performance.md). A helper
+ *  that starts late leaves its half to the requester, which takes every
+ *  chunk still free. */
 #define UCT_REMAPRING_SHARE_CHUNK_MIN  (64 * UCS_KBYTE)
 #define UCT_REMAPRING_SHARE_CHUNK_MAX  (8 * UCS_MBYTE)
 
