@@ -188,5 +188,8 @@ ucs_status_t uct_remapring_rkey_release(uct_component_t *component,
 
 uint32_t uct_remapring_rkey_check_word(const void *rkey, size_t size)
 {
-    return ucs_crc32(0, rkey, size);
+    /* no byte of it zero: a key cut short and zero-filled after its end
+     * never keeps its check word (with a CRC alone, 1 key in 256 ended in
+     * a zero byte and passed truncated by one) */
+    return ucs_crc32(0, rkey, size) | 0x80808080u;
 }

@@ -175,8 +175,9 @@ ucs_status_t uct_remapring_rkey_release(uct_component_t *component,
 
 
 /**
- * The check word of a packed remote key: a CRC of its first @a size bytes,
- * which guards against truncated or foreign keys.
+ * The check word of a packed remote key: a CRC of its first @a size bytes
+ * with the top bit of each byte set (no byte of it is zero), which guards
+ * against truncated or foreign keys; packed last in the key.
  */
 uint32_t uct_remapring_rkey_check_word(const void *rkey, size_t size);
 
