@@ -33,7 +33,9 @@
  *
  * Receive requests: every immediate takes one of the receiver's SRQ,
  * reposted only by its progress. A sender has at most imm_window (from the
- * reply) immediates in flight on a connection: a record that finds them
+ * reply: the receiver's IMM_WINDOW while its SRQ has room for many more
+ * connections, less as it fills, uct_remapring_verbs_rx_window) immediates
+ * in flight on a connection: a record that finds them
  * all in flight is written without one and its tail waits; the receiver
  * acknowledges the immediates it took, every half window, with a write
  * whose immediate has IMM_ACK set, and the held tail goes then (until then
@@ -433,8 +435,10 @@ struct uct_remapring_vconn {
     uint64_t                   remote_table;
     uint32_t                   remote_table_rkey;
     uint64_t                   credited;  /* limit last sent */
+    int                        credit_asked; /* the sender stalled since */
     uint64_t                   prefetched; /* odp: ring offsets faulted in */
     uint64_t                   rx_tail;   /* from the immediates */
+    unsigned                   imm_window; /* given to the sender */
     uint32_t                   imm_taken; /* the sender's immediates, */
     uint32_t                   imm_told;  /* of them acknowledged */
     int                        quiet;     /* odp: uct_remapring_vconn_quiet_t */
@@ -442,6 +446,7 @@ struct uct_remapring_vconn {
     ucs_time_t                 quiet_since; /* and since when the same */
     int                        active;
     int                        failed;
+    unsigned                   srq_share; /* receive requests counted */
     ucs_list_link_t            list;      /* iface's rx conns, zombies */
     ucs_list_link_t            active_list;
 };
@@ -460,7 +465,8 @@ typedef struct uct_remapring_verbs_iface {
     unsigned                   srq_size, srq_posted; /* posted: target */
     unsigned                   srq_min;  /* UCX_REMAPRDMA_SRQ_SIZE */
     unsigned                   srq_max;  /* the SRQ's capacity */
-    unsigned                   imm_window;
+    unsigned                   imm_window; /* a connection's, at most */
+    unsigned                   srq_need;  /* the connections' shares */
     int                        srq_short; /* said it cannot bound them */
     unsigned                   sq_size;
     unsigned                   sig_every;
@@ -484,6 +490,9 @@ typedef struct uct_remapring_verbs_iface {
     unsigned                   nrx;      /* receiving connections */
     unsigned                   max_conns; /* of them, at most */
     unsigned                   cm_calls; /* progress calls since CM poll */
+    unsigned                   cm_period; /* CM_PERIOD or CM_PERIOD_ASYNC */
+    int                        cm_async; /* UCX's async context tells */
+    int                        cm_event; /* it told, the next progress looks */
     unsigned check_calls; /* since the pool's upkeep */
     ucs_time_t                 idle_time; /* UCX_REMAPRDMA_IDLE_TIME; 0: never */
     ucs_time_t                 quiet_next; /* when to look at the rings next */

@@ -16,6 +16,7 @@
 #include <uct/ib/remapring/base/remapring_iface.inl>
 
 #include <ucs/arch/bitops.h>
+#include <ucs/async/async.h>
 #include <ucs/debug/log.h>
 #include <ucs/debug/memtrack_int.h>
 #include <ucs/sys/math.h>
@@ -36,10 +37,19 @@
 
 /* Completions taken from the CQ per poll */
 #define UCT_REMAPRING_VERBS_POLL_BATCH   16
-/* Progress calls between two looks at the connection manager's channel */
-#define UCT_REMAPRING_VERBS_CM_PERIOD    64
-/* Looks at the channel between two of the pool's and copies' upkeep */
-#define UCT_REMAPRING_VERBS_MAINTAIN_PERIOD 1024
+/* Progress calls between two looks at the connection manager's channel
+ * and at quiet rings, where UCX's async context tells of the channel's
+ * events (CM_PERIOD_ASYNC) and where it does not (UCX_ASYNC_MODE=poll, or
+ * the handler could not be set). A look is a system call, and one that
+ * finds nothing costs as much as one that finds an event: a worker waiting
+ * for a message calls progress thousands of times per round trip (6700 in
+ * a guest's am_lat), so 64 made about a hundred system calls of each, and
+ * the look at quiet rings reads the clock (another one where the clock has
+ * no vDSO) */
+#define UCT_REMAPRING_VERBS_CM_PERIOD       64
+#define UCT_REMAPRING_VERBS_CM_PERIOD_ASYNC 16384
+/* Progress calls between two of the pool's and copies' upkeep */
+#define UCT_REMAPRING_VERBS_MAINTAIN_CALLS  65536
 /* rdma_cm address and route resolution, milliseconds */
 #define UCT_REMAPRING_VERBS_RESOLVE_MS   5000
 /* wr_id of receive requests, and of unsignaled sends (never reported) */
@@ -64,6 +74,9 @@
 #define UCT_REMAPRING_VERBS_MAX_CONNS    65536
 #define UCT_REMAPRING_VERBS_IMM_WINDOW_MIN 2
 #define UCT_REMAPRING_VERBS_IMM_WINDOW_MAX 4096
+/* the window a connection gets at least, when IMM_WINDOW is larger and the
+ * SRQ fills (uct_remapring_verbs_rx_window) */
+#define UCT_REMAPRING_VERBS_IMM_WINDOW_FLOOR 32
 /* what an SRQ grows to, at most, unless SRQ_SIZE asks more */
 #define UCT_REMAPRING_VERBS_SRQ_GROW_MAX   8192
 /* receive requests taken before progress posts them again, at most */
@@ -148,14 +161,18 @@ static ucs_config_field_t uct_remapring_verbs_iface_config_table[] = {
      ucs_offsetof(uct_remapring_verbs_iface_config_t, rnr_timer),
      UCS_CONFIG_TYPE_TIME},
 
-    {"IMM_WINDOW", "32",
+    {"IMM_WINDOW", "128",
      "Immediates (records' tails) a sender may have in flight on one\n"
      "connection, each taking a receive request of the receiver: a record\n"
      "that finds them all in flight is written without one, its tail held\n"
      "(the next records too, and a flush pending) until the receiver says\n"
-     "it took the earlier ones (every half window). A receiver that stops\n"
-     "progressing then makes its senders wait, not meet RNR NAKs. The\n"
-     "receiver's setting is the one used.\n"
+     "it took the earlier ones (every half window: one write for every 64\n"
+     "records at 128). A receiver that stops progressing then makes its\n"
+     "senders wait, not meet RNR NAKs. The receiver's setting is the one\n"
+     "used, and the most a connection gets: once its shared receive queue\n"
+     "could grow by fewer than 32 such windows, a new connection gets half\n"
+     "as many for each halving of that room, down to "
+     UCS_PP_MAKE_STRING(UCT_REMAPRING_VERBS_IMM_WINDOW_FLOOR) ".\n"
      "Between " UCS_PP_MAKE_STRING(UCT_REMAPRING_VERBS_IMM_WINDOW_MIN) " and "
      UCS_PP_MAKE_STRING(UCT_REMAPRING_VERBS_IMM_WINDOW_MAX) ".",
      ucs_offsetof(uct_remapring_verbs_iface_config_t, imm_window),
@@ -198,6 +215,7 @@ static ucs_config_field_t uct_remapring_verbs_iface_config_table[] = {
 
 
 static ucs_status_t uct_remapring_vconn_send_credit(uct_remapring_vconn_t *vconn);
+static void uct_remapring_rx_vconn_credit(uct_remapring_vconn_t *vconn);
 static void uct_remapring_tx_vconn_release_tail(uct_remapring_vconn_t *vconn);
 static void uct_remapring_vconn_remote(const uct_remapring_vconn_t *vconn,
                                        uint64_t offset, uint64_t *addr_p,
@@ -860,20 +878,30 @@ static ucs_status_t uct_remapring_verbs_cq_reserve(uct_remapring_iface_t *iface)
     return UCS_OK;
 }
 
-/* Receive requests for one more connection: each takes a window of them,
- * its sender's immediates in flight (or, sending, the credits,
- * acknowledgements and request to keep to less its receiver may write
- * before our progress takes them: a window of slots and four), and the
- * interface the ones its progress has taken and not posted again yet
- * (fewer than UCT_REMAPRING_VERBS_SRQ_REFILL); posted by the next
- * progress */
-static void uct_remapring_verbs_srq_reserve(uct_remapring_verbs_iface_t *verbs)
+/* Receive requests a connection's QP may take before our progress takes
+ * them: a receiving one, its sender's immediates in flight (its window);
+ * a sending one, the credits, acknowledgements and request to keep to less
+ * its receiver may write (a window of slots and four) */
+static unsigned uct_remapring_vconn_srq_share(uct_remapring_vconn_t *vconn)
 {
-    unsigned share = ucs_max(verbs->imm_window,
-                             verbs->super.rx.nslots + 4);
-    unsigned need  = share * (kh_size(&verbs->qps) + 1) +
-                     2 * UCT_REMAPRING_VERBS_SRQ_REFILL;
+    unsigned share = vconn->iface->rx.nslots + 4;
 
+    return vconn->is_rx ? ucs_max(vconn->imm_window, share) : share;
+}
+
+/* Receive requests for one more connection (its share), and the ones the
+ * interface's progress has taken and not posted again yet (fewer than
+ * UCT_REMAPRING_VERBS_SRQ_REFILL, twice, counted in srq_need from the
+ * start); posted by the next progress. The posted ones do not shrink when
+ * a connection goes: the SRQ keeps what its busiest time needed */
+static void uct_remapring_verbs_srq_reserve(uct_remapring_vconn_t *vconn)
+{
+    uct_remapring_verbs_iface_t *verbs = uct_remapring_verbs(vconn->iface);
+    unsigned need;
+
+    vconn->srq_share = uct_remapring_vconn_srq_share(vconn);
+    verbs->srq_need += vconn->srq_share;
+    need             = verbs->srq_need;
     if (need <= verbs->srq_size) {
         return;
     }
@@ -889,6 +917,30 @@ static void uct_remapring_verbs_srq_reserve(uct_remapring_verbs_iface_t *verbs)
     verbs->srq_size = ucs_min(need, verbs->srq_max);
 }
 
+/* The window of immediates a new connection's sender gets: IMM_WINDOW
+ * while the SRQ can still grow by 32 such windows, half of it for each
+ * halving of that room, down to UCT_REMAPRING_VERBS_IMM_WINDOW_FLOOR (or
+ * IMM_WINDOW, if lower). With the defaults (128, an SRQ of up to
+ * UCT_REMAPRING_VERBS_SRQ_GROW_MAX) about 100 peers, each with a
+ * connection both ways, fit before the SRQ is short, about as many as with
+ * a window of 32 for every connection. The sender holds its tail past the window
+ * until the receiver acknowledges, every half window: each acknowledgement
+ * is a write with an immediate, a receive request and an ACK, one for
+ * every 16 records with a window of 32, one for every 64 with 128 */
+static unsigned uct_remapring_verbs_rx_window(uct_remapring_verbs_iface_t *verbs)
+{
+    unsigned floor  = ucs_min(verbs->imm_window,
+                              (unsigned)UCT_REMAPRING_VERBS_IMM_WINDOW_FLOOR);
+    unsigned room   = (verbs->srq_max > verbs->srq_need) ?
+                      (verbs->srq_max - verbs->srq_need) : 0;
+    unsigned window = verbs->imm_window;
+
+    while ((window > floor) && ((window * 32) > room)) {
+        window /= 2;
+    }
+    return ucs_max(window, floor);
+}
+
 static ucs_status_t uct_remapring_vconn_create_qp(uct_remapring_vconn_t *vconn)
 {
     uct_remapring_iface_t *iface       = vconn->iface;
@@ -898,7 +950,7 @@ static ucs_status_t uct_remapring_vconn_create_qp(uct_remapring_vconn_t *vconn)
     khiter_t iter;
     int ret;
 
-    uct_remapring_verbs_srq_reserve(verbs);
+    uct_remapring_verbs_srq_reserve(vconn);
     status = uct_remapring_verbs_cq_reserve(iface);
     if (status != UCS_OK) {
         return status;
@@ -971,6 +1023,9 @@ static void uct_remapring_vconn_release(uct_remapring_vconn_t *vconn)
         rdma_destroy_qp(vconn->id);
         vconn->qp = NULL;
     }
+
+    verbs->srq_need -= vconn->srq_share;
+    vconn->srq_share = 0;
 
     if (vconn->id != NULL) {
         rdma_destroy_id(vconn->id);
@@ -1201,7 +1256,7 @@ static void uct_remapring_rx_vconn_published(void *arg, uint64_t limit)
     uct_remapring_vconn_t *vconn = arg;
 
     if (vconn->state == UCT_REMAPRING_VCONN_READY) {
-        uct_remapring_vconn_send_credit(vconn);
+        uct_remapring_rx_vconn_credit(vconn);
     }
 }
 
@@ -1333,8 +1388,26 @@ static ucs_status_t uct_remapring_vconn_send_credit(uct_remapring_vconn_t *vconn
         }
     } while (count > 0);
 
-    vconn->credited = limit;
+    vconn->credited     = limit;
+    vconn->credit_asked = 0;
     return UCS_OK;
+}
+
+/* The ring's credit goes to the sender when the sender needs it: it
+ * stalled, or it has at most half of its grant left to write. Each credit
+ * is a write with an immediate, a receive request and an ACK: a ring that
+ * drains after every record (a ping-pong) published one for each block,
+ * every 32 records in odp mode. A sender that runs out anyway stalls, and
+ * its stall's immediate takes the credit along (uct_remapring_rx_vconn_imm) */
+static void uct_remapring_rx_vconn_credit(uct_remapring_vconn_t *vconn)
+{
+    remapring_ring_t *ring = vconn->ring;
+    uint64_t half          = ucs_max(ring->grant, ring->block_size) / 2;
+
+    if ((ring->limit > vconn->credited) &&
+        (vconn->credit_asked || (vconn->rx_tail + half >= vconn->credited))) {
+        uct_remapring_vconn_send_credit(vconn);
+    }
 }
 
 /* Tell the sender how many of its immediates were taken, every half
@@ -1346,7 +1419,7 @@ static void uct_remapring_rx_vconn_ack(uct_remapring_vconn_t *vconn)
     struct ibv_send_wr wr              = {};
 
     if ((((vconn->imm_taken - vconn->imm_told) &
-          UCT_REMAPRING_VERBS_IMM_MASK) < ucs_max(verbs->imm_window / 2, 1u)) ||
+          UCT_REMAPRING_VERBS_IMM_MASK) < ucs_max(vconn->imm_window / 2, 1u)) ||
         (vconn->state != UCT_REMAPRING_VCONN_READY) || (vconn->sq_avail < 2)) {
         return;
     }
@@ -1442,6 +1515,7 @@ static void uct_remapring_rx_vconn_imm(uct_remapring_vconn_t *vconn,
     if (imm & UCT_REMAPRING_VERBS_IMM_STALL) {
         __atomic_store_n(&vconn->ctl.stalls, vconn->ctl.stalls + 1,
                          __ATOMIC_RELAXED);
+        vconn->credit_asked = 1; /* below, or when the ring publishes */
     }
 
     /* the ring checks the tail against its limit */
@@ -1452,6 +1526,13 @@ static void uct_remapring_rx_vconn_imm(uct_remapring_vconn_t *vconn,
         uct_remapring_rx_vconn_yielded(vconn);
     } else if (ucs_unlikely(vconn->quiet == UCT_REMAPRING_VCONN_QUIET)) {
         vconn->quiet = UCT_REMAPRING_VCONN_BUSY;
+    }
+
+    /* a credit held back (uct_remapring_rx_vconn_credit) it may be waiting
+     * for: the ring publishes nothing new until it reads on */
+    if (ucs_unlikely(vconn->credit_asked) &&
+        (vconn->state == UCT_REMAPRING_VCONN_READY)) {
+        uct_remapring_vconn_send_credit(vconn);
     }
 }
 
@@ -1543,6 +1624,9 @@ static unsigned uct_remapring_rx_vconn_poll(uct_remapring_vconn_t *vconn)
     /* drained: the next immediate wakes it */
     uct_remapring_rx_vconn_set_idle(vconn);
     remapring_ring_flush_credits(ring);
+    if (vconn->state == UCT_REMAPRING_VCONN_READY) {
+        uct_remapring_rx_vconn_credit(vconn); /* one held back, now due */
+    }
     if (vconn->state == UCT_REMAPRING_VCONN_CLOSED) {
         uct_remapring_rx_vconn_free(vconn);
     }
@@ -1713,6 +1797,7 @@ static void uct_remapring_verbs_accept(uct_remapring_iface_t *iface,
     vconn->remote_table      = req.table_addr;
     vconn->remote_table_rkey = req.table_rkey;
     vconn->pinned            = pinned;
+    vconn->imm_window        = uct_remapring_verbs_rx_window(verbs);
     vconn->quiet_since       = ucs_get_time();
     id->context              = vconn;
     ucs_strncpy_zero(vconn->name, name, sizeof(vconn->name));
@@ -1811,7 +1896,7 @@ static void uct_remapring_verbs_accept(uct_remapring_iface_t *iface,
     rep.align        = info.align;
     rep.align_offset = info.align_offset;
     rep.rec_align    = info.rec_align;
-    rep.imm_window   = verbs->imm_window;
+    rep.imm_window   = vconn->imm_window;
 
     param.private_data        = &rep;
     param.private_data_len    = sizeof(rep);
@@ -2358,7 +2443,7 @@ static void uct_remapring_verbs_poll_cq(uct_remapring_iface_t *iface)
                     (vconn->state == UCT_REMAPRING_VCONN_READY)) {
                     /* a credit or an acknowledgement that found the queue
                      * full */
-                    uct_remapring_vconn_send_credit(vconn);
+                    uct_remapring_rx_vconn_credit(vconn);
                     uct_remapring_rx_vconn_ack(vconn);
                 }
             }
@@ -2492,6 +2577,8 @@ static void uct_remapring_verbs_poll_cm(uct_remapring_iface_t *iface)
     uct_remapring_verbs_iface_t *verbs = uct_remapring_verbs(iface);
     struct rdma_cm_event *event;
 
+    /* cleared first: an event after the last look below sets it again */
+    __atomic_store_n(&verbs->cm_event, 0, __ATOMIC_RELAXED);
     verbs->cm_calls = 0;
     while (rdma_get_cm_event(verbs->channel, &event) == 0) {
         uct_remapring_verbs_cm_event(iface, event);
@@ -2516,10 +2603,14 @@ static unsigned uct_remapring_verbs_iface_progress(uct_iface_h tl_iface)
     }
 
     count += uct_remapring_ep_progress_pending(iface);
-    if (ucs_unlikely(++verbs->cm_calls >= UCT_REMAPRING_VERBS_CM_PERIOD)) {
+    if (ucs_unlikely(__atomic_load_n(&verbs->cm_event, __ATOMIC_RELAXED))) {
+        uct_remapring_verbs_poll_cm(iface);
+    }
+    if (ucs_unlikely(++verbs->cm_calls >= verbs->cm_period)) {
         uct_remapring_verbs_poll_cm(iface);
         uct_remapring_verbs_quiet_check(verbs);
-        if (++verbs->check_calls >= UCT_REMAPRING_VERBS_MAINTAIN_PERIOD) {
+        verbs->check_calls += verbs->cm_period;
+        if (verbs->check_calls >= UCT_REMAPRING_VERBS_MAINTAIN_CALLS) {
             verbs->check_calls = 0;
             uct_remapring_iface_maintain(iface);
         }
@@ -3356,6 +3447,48 @@ static ucs_status_t uct_remapring_verbs_iface_config_check(
     return UCS_OK;
 }
 
+/* UCX's async context (its thread, or a signal) saw the channel readable:
+ * the next progress looks at it. Nothing else is touched here */
+static void uct_remapring_verbs_cm_readable(int fd,
+                                            ucs_event_set_types_t events,
+                                            void *arg)
+{
+    uct_remapring_verbs_iface_t *verbs = arg;
+
+    __atomic_store_n(&verbs->cm_event, 1, __ATOMIC_RELAXED);
+}
+
+/* Connection events by UCX's async context rather than by a system call
+ * every CM_PERIOD progress calls; the channel is still looked at every
+ * CM_PERIOD_ASYNC calls (quiet rings are looked at then too). Where the
+ * context does not deliver events by itself (poll mode) or refuses the
+ * handler, every CM_PERIOD calls as before */
+static void uct_remapring_verbs_cm_async(uct_remapring_verbs_iface_t *verbs)
+{
+    ucs_async_context_t *async = verbs->super.super.worker->async;
+    ucs_status_t status;
+
+    verbs->cm_period = UCT_REMAPRING_VERBS_CM_PERIOD;
+    if ((async == NULL) || (async->mode == UCS_ASYNC_MODE_POLL)) {
+        return;
+    }
+
+    status = ucs_async_set_event_handler(async->mode, verbs->channel->fd,
+                                         UCS_EVENT_SET_EVREAD |
+                                         UCS_EVENT_SET_EDGE_TRIGGERED,
+                                         uct_remapring_verbs_cm_readable,
+                                         verbs, async);
+    if (status != UCS_OK) {
+        ucs_diag("%s: no async handler for the rdma_cm channel (%s): it is"
+                 " looked at every %d progress calls", verbs->dev->name,
+                 ucs_status_string(status), UCT_REMAPRING_VERBS_CM_PERIOD);
+        return;
+    }
+
+    verbs->cm_async  = 1;
+    verbs->cm_period = UCT_REMAPRING_VERBS_CM_PERIOD_ASYNC;
+}
+
 /* The interface's CQ and SRQ, shared by all its connections, and the
  * channel of its connection manager */
 static ucs_status_t
@@ -3398,6 +3531,7 @@ uct_remapring_verbs_iface_queues(uct_remapring_verbs_iface_t *verbs)
         return UCS_ERR_IO_ERROR;
     }
 
+    uct_remapring_verbs_cm_async(verbs);
     return UCS_OK;
 }
 
@@ -3465,6 +3599,10 @@ uct_remapring_verbs_iface_release(uct_remapring_verbs_iface_t *verbs)
 
     if (verbs->listen_id != NULL) {
         rdma_destroy_id(verbs->listen_id);
+    }
+    if (verbs->cm_async) {
+        ucs_async_remove_handler(verbs->channel->fd, 1);
+        verbs->cm_async = 0;
     }
     if (verbs->channel != NULL) {
         rdma_destroy_event_channel(verbs->channel);
@@ -3635,6 +3773,7 @@ static UCS_CLASS_INIT_FUNC(uct_remapring_verbs_iface_t, uct_md_h md,
     self->srq_max         = limits.srq_max;
     self->srq_short       = 0;
     self->imm_window      = config->imm_window;
+    self->srq_need        = 2 * UCT_REMAPRING_VERBS_SRQ_REFILL;
     self->sig_every       = ucs_max(self->sq_size / 8, 1u);
     self->timeout         = config->timeout;
     self->max_conns       = config->max_conns;
@@ -3658,6 +3797,9 @@ static UCS_CLASS_INIT_FUNC(uct_remapring_verbs_iface_t, uct_md_h md,
     self->cm_port     = 0;
     self->nrx         = 0;
     self->cm_calls    = 0;
+    self->cm_period   = UCT_REMAPRING_VERBS_CM_PERIOD;
+    self->cm_async    = 0;
+    self->cm_event    = 0;
     self->check_calls = 0;
     self->prefetch    = 1; /* until the provider says otherwise */
     self->block_mrs   = NULL;
