@@ -948,7 +948,7 @@ static ucs_status_t uct_remapring_vconn_create_qp(uct_remapring_vconn_t *vconn)
     struct ibv_qp_init_attr attr       = {};
     ucs_status_t status;
     khiter_t iter;
-    int ret;
+    int ret, err;
 
     uct_remapring_verbs_srq_reserve(vconn);
     status = uct_remapring_verbs_cq_reserve(iface);
@@ -973,16 +973,27 @@ static ucs_status_t uct_remapring_vconn_create_qp(uct_remapring_vconn_t *vconn)
     ret = rdma_create_qp(vconn->id, verbs->dev->pd, &attr);
     if ((ret != 0) && (verbs->max_inline > 0) &&
         ((errno == EINVAL) || (errno == ENOMEM))) {
-        /* the device takes less inline than asked: none, from now on */
-        ucs_diag("%s takes no QP with %u bytes inline (%m): records go from"
-                 " the staging buffer only", verbs->dev->name,
-                 verbs->max_inline);
-        verbs->max_inline        = 0;
+        err                      = errno;
         attr.cap.max_inline_data = 0;
         ret = rdma_create_qp(vconn->id, verbs->dev->pd, &attr);
+        if (ret == 0) {
+            /* the device takes less inline than asked: none, from now on
+             * (only where that alone made the difference) */
+            ucs_diag("%s takes no QP with %u bytes inline (%s): records go"
+                     " from the staging buffer only", verbs->dev->name,
+                     verbs->max_inline, strerror(err));
+            verbs->max_inline = 0;
+        }
     }
 
-    if (ret != 0) {
+    if ((ret != 0) && vconn->is_rx && (errno == EINVAL)) {
+        /* the connection manager no longer waits for our reply: the
+         * requester went before its request was taken (its process or
+         * endpoint destroyed meanwhile) */
+        ucs_diag("connection request from %s could not be taken (%m): its"
+                 " requester has gone", vconn->name);
+        return UCS_ERR_CONNECTION_RESET;
+    } else if (ret != 0) {
         ucs_error("rdma_create_qp for %s failed: %m", vconn->name);
         return UCS_ERR_IO_ERROR;
     }
@@ -3458,11 +3469,17 @@ static void uct_remapring_verbs_cm_readable(int fd,
     __atomic_store_n(&verbs->cm_event, 1, __ATOMIC_RELAXED);
 }
 
-/* Connection events by UCX's async context rather than by a system call
- * every CM_PERIOD progress calls; the channel is still looked at every
- * CM_PERIOD_ASYNC calls (quiet rings are looked at then too). Where the
- * context does not deliver events by itself (poll mode) or refuses the
- * handler, every CM_PERIOD calls as before */
+/* Connection events by UCX's async thread (or signal) rather than by a
+ * system call every CM_PERIOD progress calls; the channel is still looked
+ * at every CM_PERIOD_ASYNC calls (quiet rings are looked at then too).
+ * The handler is given no async context: with the worker's, an event that
+ * finds the worker holding its context blocked waits as missed until
+ * someone checks for missed ones (UCP does, a bare UCT user may not), and
+ * a connection request then waited in UCX's own suites until its
+ * requester had given up and gone. Without one it runs at once, and it
+ * only sets a flag. Where the worker's context does not deliver events by
+ * itself (poll mode) or the handler is refused, every CM_PERIOD calls as
+ * before */
 static void uct_remapring_verbs_cm_async(uct_remapring_verbs_iface_t *verbs)
 {
     ucs_async_context_t *async = verbs->super.super.worker->async;
@@ -3477,7 +3494,7 @@ static void uct_remapring_verbs_cm_async(uct_remapring_verbs_iface_t *verbs)
                                          UCS_EVENT_SET_EVREAD |
                                          UCS_EVENT_SET_EDGE_TRIGGERED,
                                          uct_remapring_verbs_cm_readable,
-                                         verbs, async);
+                                         verbs, NULL);
     if (status != UCS_OK) {
         ucs_diag("%s: no async handler for the rdma_cm channel (%s): it is"
                  " looked at every %d progress calls", verbs->dev->name,
