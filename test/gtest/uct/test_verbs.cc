@@ -168,6 +168,37 @@ TEST(verbs_limits, devices_that_cannot_carry_the_ring)
                                          block, &limits));
 }
 
+TEST(verbs_limits, imm_window_halves_as_the_srq_fills)
+{
+    /* the defaults: 128, an SRQ of up to 8192, 64 for progress at first */
+    EXPECT_EQ(128u, uct_remapring_verbs_imm_window(128, 8192, 64));
+    EXPECT_EQ(128u, uct_remapring_verbs_imm_window(128, 8192, 8192 - 4096));
+    EXPECT_EQ(64u, uct_remapring_verbs_imm_window(128, 8192, 8192 - 4095));
+    EXPECT_EQ(64u, uct_remapring_verbs_imm_window(128, 8192, 8192 - 2048));
+    EXPECT_EQ(32u, uct_remapring_verbs_imm_window(128, 8192, 8192 - 2047));
+    /* never below 32, even with no room left at all */
+    EXPECT_EQ(32u, uct_remapring_verbs_imm_window(128, 8192, 8192));
+    EXPECT_EQ(32u, uct_remapring_verbs_imm_window(128, 8192, 20000));
+    /* a setting below the floor is kept as it is */
+    EXPECT_EQ(8u, uct_remapring_verbs_imm_window(8, 8192, 8192));
+    EXPECT_EQ(2u, uct_remapring_verbs_imm_window(2, 64, 64));
+    /* a small device's SRQ (511): 128 never fits, 32 at once */
+    EXPECT_EQ(32u, uct_remapring_verbs_imm_window(128, 511, 64));
+
+    /* 100 peers, each connected both ways (a receiving QP of its window, a
+     * sending one of a window of 8 slots and 4), fit in 8192 */
+    unsigned need = 64, peers;
+    for (peers = 0; ; ++peers) {
+        unsigned window = uct_remapring_verbs_imm_window(128, 8192, need);
+        if (need + window + 12 > 8192) {
+            break;
+        }
+        need += window + 12;
+    }
+    EXPECT_GE(peers, 100u);
+    EXPECT_LE(peers, 127u);
+}
+
 TEST(verbs_limits, rnr_timer_codes)
 {
     /* IBTA's table, rounded up */

@@ -34,7 +34,7 @@
  * Receive requests: every immediate takes one of the receiver's SRQ,
  * reposted only by its progress. A sender has at most imm_window (from the
  * reply: the receiver's IMM_WINDOW while its SRQ has room for many more
- * connections, less as it fills, uct_remapring_verbs_rx_window) immediates
+ * connections, less as it fills, uct_remapring_verbs_imm_window) immediates
  * in flight on a connection: a record that finds them
  * all in flight is written without one and its tail waits; the receiver
  * acknowledges the immediates it took, every half window, with a write
@@ -584,6 +584,17 @@ ucs_status_t uct_remapring_verbs_limits(const char *name,
  * longest (655.36 ms), is never returned.
  */
 uint8_t uct_remapring_verbs_rnr_code(double seconds);
+
+/**
+ * The window of immediates a new connection's sender gets from a receiver
+ * whose IMM_WINDOW is @a setting, whose SRQ may grow to @a srq_max receive
+ * requests and whose connections (and progress) already count on
+ * @a srq_need of them: @a setting while the SRQ could still grow by 32 such
+ * windows, half of it for each halving of that room, down to 32 (or
+ * @a setting, if lower).
+ */
+unsigned uct_remapring_verbs_imm_window(unsigned setting, unsigned srq_max,
+                                        unsigned srq_need);
 
 /**
  * The address of an InfiniBand port whose GID is @a gid: of the network

@@ -75,7 +75,7 @@
 #define UCT_REMAPRING_VERBS_IMM_WINDOW_MIN 2
 #define UCT_REMAPRING_VERBS_IMM_WINDOW_MAX 4096
 /* the window a connection gets at least, when IMM_WINDOW is larger and the
- * SRQ fills (uct_remapring_verbs_rx_window) */
+ * SRQ fills (uct_remapring_verbs_imm_window) */
 #define UCT_REMAPRING_VERBS_IMM_WINDOW_FLOOR 32
 /* what an SRQ grows to, at most, unless SRQ_SIZE asks more */
 #define UCT_REMAPRING_VERBS_SRQ_GROW_MAX   8192
@@ -917,23 +917,20 @@ static void uct_remapring_verbs_srq_reserve(uct_remapring_vconn_t *vconn)
     verbs->srq_size = ucs_min(need, verbs->srq_max);
 }
 
-/* The window of immediates a new connection's sender gets: IMM_WINDOW
- * while the SRQ can still grow by 32 such windows, half of it for each
- * halving of that room, down to UCT_REMAPRING_VERBS_IMM_WINDOW_FLOOR (or
- * IMM_WINDOW, if lower). With the defaults (128, an SRQ of up to
- * UCT_REMAPRING_VERBS_SRQ_GROW_MAX) about 100 peers, each with a
- * connection both ways, fit before the SRQ is short, about as many as with
- * a window of 32 for every connection. The sender holds its tail past the window
- * until the receiver acknowledges, every half window: each acknowledgement
- * is a write with an immediate, a receive request and an ACK, one for
- * every 16 records with a window of 32, one for every 64 with 128 */
-static unsigned uct_remapring_verbs_rx_window(uct_remapring_verbs_iface_t *verbs)
+/* With the defaults (128, an SRQ of up to UCT_REMAPRING_VERBS_SRQ_GROW_MAX)
+ * about 100 peers, each with a connection both ways, fit before the SRQ is
+ * short, about as many as with a window of 32 for every connection. The
+ * sender holds its tail past the window until the receiver acknowledges,
+ * every half window: each acknowledgement is a write with an immediate, a
+ * receive request and an ACK, one for every 16 records with a window of 32,
+ * one for every 64 with 128 */
+unsigned uct_remapring_verbs_imm_window(unsigned setting, unsigned srq_max,
+                                        unsigned srq_need)
 {
-    unsigned floor  = ucs_min(verbs->imm_window,
+    unsigned floor  = ucs_min(setting,
                               (unsigned)UCT_REMAPRING_VERBS_IMM_WINDOW_FLOOR);
-    unsigned room   = (verbs->srq_max > verbs->srq_need) ?
-                      (verbs->srq_max - verbs->srq_need) : 0;
-    unsigned window = verbs->imm_window;
+    unsigned room   = (srq_max > srq_need) ? (srq_max - srq_need) : 0;
+    unsigned window = setting;
 
     while ((window > floor) && ((window * 32) > room)) {
         window /= 2;
@@ -1808,7 +1805,8 @@ static void uct_remapring_verbs_accept(uct_remapring_iface_t *iface,
     vconn->remote_table      = req.table_addr;
     vconn->remote_table_rkey = req.table_rkey;
     vconn->pinned            = pinned;
-    vconn->imm_window        = uct_remapring_verbs_rx_window(verbs);
+    vconn->imm_window        = uct_remapring_verbs_imm_window(
+            verbs->imm_window, verbs->srq_max, verbs->srq_need);
     vconn->quiet_since       = ucs_get_time();
     id->context              = vconn;
     ucs_strncpy_zero(vconn->name, name, sizeof(vconn->name));
