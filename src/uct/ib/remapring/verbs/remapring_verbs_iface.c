@@ -1540,7 +1540,7 @@ static void uct_remapring_rx_vconn_imm(uct_remapring_vconn_t *vconn,
      * for: the ring publishes nothing new until it reads on */
     if (ucs_unlikely(vconn->credit_asked) &&
         (vconn->state == UCT_REMAPRING_VCONN_READY)) {
-        uct_remapring_vconn_send_credit(vconn);
+        uct_remapring_rx_vconn_credit(vconn);
     }
 }
 
@@ -3456,8 +3456,8 @@ static ucs_status_t uct_remapring_verbs_iface_config_check(
     return UCS_OK;
 }
 
-/* UCX's async context (its thread, or a signal) saw the channel readable:
- * the next progress looks at it. Nothing else is touched here */
+/* UCX's async thread (or signal handler) saw the channel readable: the
+ * next progress looks at it. Nothing else is touched here */
 static void uct_remapring_verbs_cm_readable(int fd,
                                             ucs_event_set_types_t events,
                                             void *arg)
