@@ -490,9 +490,6 @@ typedef struct uct_remapring_verbs_iface {
     unsigned                   nrx;      /* receiving connections */
     unsigned                   max_conns; /* of them, at most */
     unsigned                   cm_calls; /* progress calls since CM poll */
-    unsigned                   cm_period; /* CM_PERIOD or CM_PERIOD_ASYNC */
-    int                        cm_async; /* UCX's async context tells */
-    int                        cm_event; /* it told, the next progress looks */
     unsigned check_calls; /* since the pool's upkeep */
     ucs_time_t                 idle_time; /* UCX_REMAPRDMA_IDLE_TIME; 0: never */
     ucs_time_t                 quiet_next; /* when to look at the rings next */

@@ -16,7 +16,6 @@
 #include <uct/ib/remapring/base/remapring_iface.inl>
 
 #include <ucs/arch/bitops.h>
-#include <ucs/async/async.h>
 #include <ucs/debug/log.h>
 #include <ucs/debug/memtrack_int.h>
 #include <ucs/sys/math.h>
@@ -37,17 +36,8 @@
 
 /* Completions taken from the CQ per poll */
 #define UCT_REMAPRING_VERBS_POLL_BATCH   16
-/* Progress calls between two looks at the connection manager's channel
- * and at quiet rings, where UCX's async context tells of the channel's
- * events (CM_PERIOD_ASYNC) and where it does not (UCX_ASYNC_MODE=poll, or
- * the handler could not be set). A look is a system call, and one that
- * finds nothing costs as much as one that finds an event: a worker waiting
- * for a message calls progress thousands of times per round trip (6700 in
- * a guest's am_lat), so 64 made about a hundred system calls of each, and
- * the look at quiet rings reads the clock (another one where the clock has
- * no vDSO) */
-#define UCT_REMAPRING_VERBS_CM_PERIOD       64
-#define UCT_REMAPRING_VERBS_CM_PERIOD_ASYNC 16384
+/* Progress calls between two looks at the connection manager's channel */
+#define UCT_REMAPRING_VERBS_CM_PERIOD    64
 /* Progress calls between two of the pool's and copies' upkeep */
 #define UCT_REMAPRING_VERBS_MAINTAIN_CALLS  65536
 /* rdma_cm address and route resolution, milliseconds */
@@ -2586,8 +2576,6 @@ static void uct_remapring_verbs_poll_cm(uct_remapring_iface_t *iface)
     uct_remapring_verbs_iface_t *verbs = uct_remapring_verbs(iface);
     struct rdma_cm_event *event;
 
-    /* cleared first: an event after the last look below sets it again */
-    __atomic_store_n(&verbs->cm_event, 0, __ATOMIC_RELAXED);
     verbs->cm_calls = 0;
     while (rdma_get_cm_event(verbs->channel, &event) == 0) {
         uct_remapring_verbs_cm_event(iface, event);
@@ -2612,13 +2600,10 @@ static unsigned uct_remapring_verbs_iface_progress(uct_iface_h tl_iface)
     }
 
     count += uct_remapring_ep_progress_pending(iface);
-    if (ucs_unlikely(__atomic_load_n(&verbs->cm_event, __ATOMIC_RELAXED))) {
-        uct_remapring_verbs_poll_cm(iface);
-    }
-    if (ucs_unlikely(++verbs->cm_calls >= verbs->cm_period)) {
+    if (ucs_unlikely(++verbs->cm_calls >= UCT_REMAPRING_VERBS_CM_PERIOD)) {
         uct_remapring_verbs_poll_cm(iface);
         uct_remapring_verbs_quiet_check(verbs);
-        verbs->check_calls += verbs->cm_period;
+        verbs->check_calls += UCT_REMAPRING_VERBS_CM_PERIOD;
         if (verbs->check_calls >= UCT_REMAPRING_VERBS_MAINTAIN_CALLS) {
             verbs->check_calls = 0;
             uct_remapring_iface_maintain(iface);
@@ -3456,54 +3441,6 @@ static ucs_status_t uct_remapring_verbs_iface_config_check(
     return UCS_OK;
 }
 
-/* UCX's async thread (or signal handler) saw the channel readable: the
- * next progress looks at it. Nothing else is touched here */
-static void uct_remapring_verbs_cm_readable(int fd,
-                                            ucs_event_set_types_t events,
-                                            void *arg)
-{
-    uct_remapring_verbs_iface_t *verbs = arg;
-
-    __atomic_store_n(&verbs->cm_event, 1, __ATOMIC_RELAXED);
-}
-
-/* Connection events by UCX's async thread (or signal) rather than by a
- * system call every CM_PERIOD progress calls; the channel is still looked
- * at every CM_PERIOD_ASYNC calls (quiet rings are looked at then too).
- * The handler is given no async context: with the worker's, an event that
- * finds the worker holding its context blocked waits as missed until
- * someone checks for missed ones (UCP does, a bare UCT user may not), and
- * a connection request then waited in UCX's own suites until its
- * requester had given up and gone. Without one it runs at once, and it
- * only sets a flag. Where the worker's context does not deliver events by
- * itself (poll mode) or the handler is refused, every CM_PERIOD calls as
- * before */
-static void uct_remapring_verbs_cm_async(uct_remapring_verbs_iface_t *verbs)
-{
-    ucs_async_context_t *async = verbs->super.super.worker->async;
-    ucs_status_t status;
-
-    verbs->cm_period = UCT_REMAPRING_VERBS_CM_PERIOD;
-    if ((async == NULL) || (async->mode == UCS_ASYNC_MODE_POLL)) {
-        return;
-    }
-
-    status = ucs_async_set_event_handler(async->mode, verbs->channel->fd,
-                                         UCS_EVENT_SET_EVREAD |
-                                         UCS_EVENT_SET_EDGE_TRIGGERED,
-                                         uct_remapring_verbs_cm_readable,
-                                         verbs, NULL);
-    if (status != UCS_OK) {
-        ucs_diag("%s: no async handler for the rdma_cm channel (%s): it is"
-                 " looked at every %d progress calls", verbs->dev->name,
-                 ucs_status_string(status), UCT_REMAPRING_VERBS_CM_PERIOD);
-        return;
-    }
-
-    verbs->cm_async  = 1;
-    verbs->cm_period = UCT_REMAPRING_VERBS_CM_PERIOD_ASYNC;
-}
-
 /* The interface's CQ and SRQ, shared by all its connections, and the
  * channel of its connection manager */
 static ucs_status_t
@@ -3546,7 +3483,6 @@ uct_remapring_verbs_iface_queues(uct_remapring_verbs_iface_t *verbs)
         return UCS_ERR_IO_ERROR;
     }
 
-    uct_remapring_verbs_cm_async(verbs);
     return UCS_OK;
 }
 
@@ -3614,10 +3550,6 @@ uct_remapring_verbs_iface_release(uct_remapring_verbs_iface_t *verbs)
 
     if (verbs->listen_id != NULL) {
         rdma_destroy_id(verbs->listen_id);
-    }
-    if (verbs->cm_async) {
-        ucs_async_remove_handler(verbs->channel->fd, 1);
-        verbs->cm_async = 0;
     }
     if (verbs->channel != NULL) {
         rdma_destroy_event_channel(verbs->channel);
@@ -3812,9 +3744,6 @@ static UCS_CLASS_INIT_FUNC(uct_remapring_verbs_iface_t, uct_md_h md,
     self->cm_port     = 0;
     self->nrx         = 0;
     self->cm_calls    = 0;
-    self->cm_period   = UCT_REMAPRING_VERBS_CM_PERIOD;
-    self->cm_async    = 0;
-    self->cm_event    = 0;
     self->check_calls = 0;
     self->prefetch    = 1; /* until the provider says otherwise */
     self->block_mrs   = NULL;
