@@ -38,8 +38,8 @@
 #define UCT_REMAPRING_VERBS_POLL_BATCH   16
 /* Progress calls between two looks at the connection manager's channel */
 #define UCT_REMAPRING_VERBS_CM_PERIOD    64
-/* Progress calls between two of the pool's and copies' upkeep */
-#define UCT_REMAPRING_VERBS_MAINTAIN_CALLS  65536
+/* Looks at the channel between two of the pool's and copies' upkeep */
+#define UCT_REMAPRING_VERBS_MAINTAIN_PERIOD 1024
 /* rdma_cm address and route resolution, milliseconds */
 #define UCT_REMAPRING_VERBS_RESOLVE_MS   5000
 /* wr_id of receive requests, and of unsignaled sends (never reported) */
@@ -2603,8 +2603,7 @@ static unsigned uct_remapring_verbs_iface_progress(uct_iface_h tl_iface)
     if (ucs_unlikely(++verbs->cm_calls >= UCT_REMAPRING_VERBS_CM_PERIOD)) {
         uct_remapring_verbs_poll_cm(iface);
         uct_remapring_verbs_quiet_check(verbs);
-        verbs->check_calls += UCT_REMAPRING_VERBS_CM_PERIOD;
-        if (verbs->check_calls >= UCT_REMAPRING_VERBS_MAINTAIN_CALLS) {
+        if (++verbs->check_calls >= UCT_REMAPRING_VERBS_MAINTAIN_PERIOD) {
             verbs->check_calls = 0;
             uct_remapring_iface_maintain(iface);
         }
