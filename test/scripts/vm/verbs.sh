@@ -24,8 +24,7 @@
 #   pair: UCT am_lat (short, 8 B), am_bw (bcopy and zcopy, 8000 B:
 #   rc_verbs' largest zcopy is its 8 KiB segment) and put_bw (zcopy 64 KiB)
 #   over remaprdma and over rc_verbs, am_lat and am_bw bcopy (2000
-#   messages) in VM_VERBS_ROUNDS (5) rounds, the transports in turn, each
-#   guest's test, interrupts and workqueues on its first vCPU; the
+#   messages) in VM_VERBS_ROUNDS (5) rounds, the transports in turn; the
 #   ratios of the medians printed, with rxe0's packets per iteration and
 #   whether the targets (latency <= 1.0, bcopy >= 1.0) were met; UCP
 #   tag_lat (8 B), tag_bw (1 MiB) and ucp_am_bw (32 KiB) over
@@ -169,30 +168,11 @@ ucp() {
 # the figures between two guests (in one, the loopback would only repeat
 # them at the cost of a minute under TCG)
 if [ "$where" = pair ]; then
-    # The UCT figures run on the first vCPU only: the test, the network's
-    # interrupts and the kernel's unbound workqueues (where rxe does its
-    # work from about 6.5 on). Under single-threaded TCG an interrupt
-    # raised for the other vCPU waits until the running one leaves the
-    # emulator, at its timer tick: on the 7.3 kernel, with the work on
-    # either vCPU, every round trip took a multiple of 2 ms (2-8 ms, the
-    # same transport's runs 4x apart); on one vCPU, 0.5-0.65 ms and within
-    # 20%. Both transports run the same way; put back afterwards.
-    one_cpu() {
-        local irq
-        echo "$1" > /sys/devices/virtual/workqueue/cpumask 2>/dev/null
-        for irq in /proc/irq/*/smp_affinity_list; do
-            echo "$2" > "$irq" 2>/dev/null
-        done
-    }
-    all_cpus=$(cat /sys/devices/virtual/workqueue/cpumask 2>/dev/null)
-    one_cpu 1 0
-    rr=(taskset -c 0 "${rr[@]}")
     # am_lat and am_bw bcopy, the figures compared: ROUNDS rounds, the
     # two transports in turn (the one that goes first alternates), so that
     # a slow spell of the emulation falls on both; the others once
     rounds=${VM_VERBS_ROUNDS:-5}
-    vm_note "UCT, remaprdma and rc_verbs, $rounds rounds in turn, on vCPU 0" \
-            "(workqueues $(cat /sys/devices/virtual/workqueue/cpumask 2>/dev/null) of $all_cpus)"
+    vm_note "UCT, remaprdma and rc_verbs, $rounds rounds in turn"
     for ((round = 1; round <= rounds; ++round)); do
         order="remaprdma rc_verbs"
         [ $((round % 2)) = 1 ] || order="rc_verbs remaprdma"
@@ -205,8 +185,6 @@ if [ "$where" = pair ]; then
         done
     done
 
-    rr=("${rr[@]:3}")
-    one_cpu "$all_cpus" "0-$(($(nproc) - 1))"
     vm_note "UCP, remaprdma,self and tcp,self"
     for tls in remaprdma,self tcp,self; do
         ucp tag_lat $tls 3 -s 8 -n 300 -w 30
@@ -591,7 +569,7 @@ if [ "$where" = pair ] && [ -n "$apps" ]; then
     # small messages streamed to a receiver that stops progressing for
     # 50-200 ms at a time: each record's tail takes a receive request,
     # which only the receiver's progress posts again; the sender holds
-    # its tails past IMM_WINDOW (128) unacknowledged ones, so the requests
+    # its tails past IMM_WINDOW (32) unacknowledged ones, so the requests
     # never run out (no RNR NAK: the receiver's rxe counts those it sends,
     # which must stay 0), and the sender stalls no longer than the pause,
     # plus what TCG adds
