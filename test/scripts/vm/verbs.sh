@@ -569,7 +569,7 @@ if [ "$where" = pair ] && [ -n "$apps" ]; then
     # small messages streamed to a receiver that stops progressing for
     # 50-200 ms at a time: each record's tail takes a receive request,
     # which only the receiver's progress posts again; the sender holds
-    # its tails past IMM_WINDOW (32) unacknowledged ones, so the requests
+    # its tails past IMM_WINDOW (128) unacknowledged ones, so the requests
     # never run out (no RNR NAK: the receiver's rxe counts those it sends,
     # which must stay 0), and the sender stalls no longer than the pause,
     # plus what TCG adds
