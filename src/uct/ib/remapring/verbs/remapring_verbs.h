@@ -490,7 +490,7 @@ typedef struct uct_remapring_verbs_iface {
     unsigned                   nrx;      /* receiving connections */
     unsigned                   max_conns; /* of them, at most */
     unsigned                   cm_calls; /* progress calls since CM poll */
-    unsigned check_calls; /* since the pool's upkeep */
+    unsigned                   check_calls; /* since the pool's upkeep */
     ucs_time_t                 idle_time; /* UCX_REMAPRDMA_IDLE_TIME; 0: never */
     ucs_time_t                 quiet_next; /* when to look at the rings next */
     /* pinned: per pool block, the registration that covers it (a slot's
