@@ -38,7 +38,9 @@
 #   receiver's pool must have remapped blocks under held slots while the
 #   device wrote the ring (its counter, from the interface's debug line);
 #   in pinned mode blocks with held records must have lost their sender's
-#   key as they left their slots (its counter)
+#   key as they left their slots (its counter); in odp mode the receiver
+#   must also have populated its ring's pages ahead of the sender (its
+#   counter of madvise calls)
 #   pinned, one guest, with APPS: a hostile sender (rdma_rogue) beside
 #   ucp_hold's: its writes outside the block behind its slot 0 fail with a
 #   remote access error, ucp_hold loses and corrupts nothing; with
@@ -461,6 +463,11 @@ if [ -n "$apps" ] && [ "$where" = one ]; then
     revoked=$(sed -n 's/.* pinned: .*, \([0-9]*\) revoked while held$/\1/p' \
                   /tmp/laps | sort -n | tail -1)
     grep ' pinned: ' /tmp/laps | sed 's/^.*UCX  /   /'
+    # odp: the pages ahead of the sender's tail made present in both views
+    populated=$(sed -n 's/.* ring pages populated ahead of senders in \([0-9]*\) calls$/\1/p' \
+                    /tmp/laps | sort -n | tail -1)
+    grep -E ' ring pages populated | not populated ' /tmp/laps |
+        sed 's/^.*UCX  /   /'
     if [ $st -ne 0 ] || ! grep -q '^receiver: 0 errors, 0 lost' /tmp/laps; then
         bad "holds over a lap: status $st"
     elif [ -z "$remaps" ]; then
@@ -469,8 +476,10 @@ if [ -n "$apps" ] && [ "$where" = one ]; then
         bad "holds over a lap: no block remapped under a held slot"
     elif [ "$mode" = pinned ] && [ "${revoked:-0}" -eq 0 ]; then
         bad "holds over a lap: no held block lost its sender's key"
+    elif [ "$mode" = odp ] && [ "${populated:-0}" -eq 0 ]; then
+        bad "holds over a lap: the receiver populated no page ahead of the sender"
     else
-        check "holds over a lap: $remaps remaps${revoked:+, $revoked keys of held blocks revoked}, every byte checked on arrival and on release"
+        check "holds over a lap: $remaps remaps${revoked:+, $revoked keys of held blocks revoked}${populated:+, pages populated ahead in $populated calls}, every byte checked on arrival and on release"
     fi
 
     # pinned: a sender that writes outside its ring (test/apps/rdma_rogue,

@@ -437,6 +437,7 @@ struct uct_remapring_vconn {
     uint64_t                   credited;  /* limit last sent */
     int                        credit_asked; /* the sender stalled since */
     uint64_t                   prefetched; /* odp: ring offsets faulted in */
+    uint64_t                   populated; /* odp: and present in both views */
     uint64_t                   rx_tail;   /* from the immediates */
     unsigned                   imm_window; /* given to the sender */
     uint32_t                   imm_taken; /* the sender's immediates, */
@@ -476,6 +477,8 @@ typedef struct uct_remapring_verbs_iface {
     uint8_t                    rnr_code; /* QP RNR NAK timer, IB's code */
     uct_remapring_verbs_limits_t limits;
     int                        prefetch; /* odp: ibv_advise_mr works */
+    int                        populate; /* odp: MADV_POPULATE_WRITE works */
+    uint64_t                   populate_calls; /* odp: madvise calls made */
     unsigned                   max_inline; /* asked of each QP */
     struct rdma_event_channel  *channel;
     struct rdma_cm_id          *listen_id;

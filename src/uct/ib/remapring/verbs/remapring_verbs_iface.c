@@ -40,6 +40,9 @@
 #define UCT_REMAPRING_VERBS_CM_PERIOD    64
 /* Looks at the channel between two of the pool's and copies' upkeep */
 #define UCT_REMAPRING_VERBS_MAINTAIN_PERIOD 1024
+/* odp mode: how far ahead of the sender's tail the receiver has the pages
+ * of its ring present in both its views (uct_remapring_rx_vconn_populate) */
+#define UCT_REMAPRING_VERBS_POPULATE_AHEAD (64 * UCS_KBYTE)
 /* rdma_cm address and route resolution, milliseconds */
 #define UCT_REMAPRING_VERBS_RESOLVE_MS   5000
 /* wr_id of receive requests, and of unsignaled sends (never reported) */
@@ -1303,6 +1306,58 @@ static void uct_remapring_vconn_prefetch(uct_remapring_vconn_t *vconn,
     vconn->prefetched = end;
 }
 
+/* odp mode: have the pages of the ring from the sender's tail to
+ * UCT_REMAPRING_VERBS_POPULATE_AHEAD past it present, within what is
+ * credited, before the sender writes them: allocated, and mapped in the
+ * ring view (the device's fault then finds the page table entry, where
+ * ibv_advise_mr is missing) and in the CPU view (the receiver reads a
+ * record without a page fault: on a device whose records start on pages,
+ * each record would take one on the first lap). A page the sender would
+ * write anyway, a few records early: what a busy ring holds grows by at
+ * most that distance; a quiet one is left as it is. Two madvise calls, one
+ * per view, each time the tail has moved half that distance. */
+static void uct_remapring_rx_vconn_populate(uct_remapring_vconn_t *vconn)
+{
+    uct_remapring_verbs_iface_t *verbs = uct_remapring_verbs(vconn->iface);
+    remapring_ring_t *ring             = vconn->ring;
+    uint64_t block_mask                = ring->block_size - 1;
+    uint64_t start, end, next;
+    size_t length;
+
+    if ((vconn->view_mr == NULL) || !verbs->populate ||
+        (vconn->quiet != UCT_REMAPRING_VCONN_BUSY) ||
+        (vconn->populated >=
+         vconn->rx_tail + UCT_REMAPRING_VERBS_POPULATE_AHEAD / 2)) {
+        return;
+    }
+
+    start = ucs_max(vconn->populated,
+                    ucs_align_down_pow2(vconn->rx_tail, ucs_get_page_size()));
+    end   = ucs_min(vconn->rx_tail + UCT_REMAPRING_VERBS_POPULATE_AHEAD,
+                    vconn->credited);
+    end   = ucs_align_down_pow2(end, ucs_get_page_size());
+    for (; start < end; start = next) {
+        /* a block at a time: the CPU view is the block under the slot */
+        next   = ucs_min((start | block_mask) + 1, end);
+        length = next - start;
+        if ((madvise(UCS_PTR_BYTE_OFFSET(ring->view,
+                                         start & (ring->window_size - 1)),
+                     length, MADV_POPULATE_WRITE) != 0) ||
+            (madvise(remapring_ring_cpu_addr(ring, start), length,
+                     MADV_POPULATE_WRITE) != 0)) {
+            verbs->populate = 0;
+            ucs_diag("%s: ring pages not populated ahead of the sender"
+                     " (madvise: %m): the first write and read of each"
+                     " page fault",
+                     verbs->dev->name);
+            return;
+        }
+        verbs->populate_calls += 2;
+    }
+
+    vconn->populated = ucs_max(vconn->populated, end);
+}
+
 /* Credit up to the ring's limit: in pinned mode the slot table entries of
  * the newly credited slots first, in the same write; in odp mode the
  * device faults in the credited slots first */
@@ -1388,6 +1443,7 @@ static ucs_status_t uct_remapring_vconn_send_credit(uct_remapring_vconn_t *vconn
 
     vconn->credited     = limit;
     vconn->credit_asked = 0;
+    uct_remapring_rx_vconn_populate(vconn);
     return UCS_OK;
 }
 
@@ -1489,8 +1545,10 @@ static void uct_remapring_rx_vconn_yielded(uct_remapring_vconn_t *vconn)
     /* the sender's own bound, from its tail when it was asked, is at
      * least the tail it answered with: credit from the slot of that tail
      * on, whatever the sender kept to */
-    vconn->quiet    = UCT_REMAPRING_VCONN_QUIET;
-    vconn->credited = ucs_min(vconn->credited, vconn->rx_tail & ~block_mask);
+    vconn->quiet     = UCT_REMAPRING_VCONN_QUIET;
+    vconn->credited  = ucs_min(vconn->credited, vconn->rx_tail & ~block_mask);
+    /* populated again from there once the sender writes on */
+    vconn->populated = ucs_min(vconn->populated, bound);
     uct_remapring_vconn_send_credit(vconn);
 }
 
@@ -1525,6 +1583,7 @@ static void uct_remapring_rx_vconn_imm(uct_remapring_vconn_t *vconn,
     } else if (ucs_unlikely(vconn->quiet == UCT_REMAPRING_VCONN_QUIET)) {
         vconn->quiet = UCT_REMAPRING_VCONN_BUSY;
     }
+    uct_remapring_rx_vconn_populate(vconn);
 
     /* a credit held back (uct_remapring_rx_vconn_credit) it may be waiting
      * for: the ring publishes nothing new until it reads on */
@@ -3578,6 +3637,11 @@ uct_remapring_verbs_iface_release(uct_remapring_verbs_iface_t *verbs)
                   verbs->dev->name, verbs->port_num, verbs->quiet_stats.asked,
                   verbs->quiet_stats.yields, verbs->quiet_stats.pages);
     }
+    if (verbs->populate_calls > 0) {
+        ucs_debug("%s:%u ring pages populated ahead of senders in %" PRIu64
+                  " calls", verbs->dev->name, verbs->port_num,
+                  verbs->populate_calls);
+    }
     if (verbs->pinned_stats.regs > 0) {
         ucs_debug("%s:%u pinned: %" PRIu64 " blocks registered for a slot,"
                   " %" PRIu64 " kept, %" PRIu64 " revoked while held",
@@ -3745,6 +3809,8 @@ static UCS_CLASS_INIT_FUNC(uct_remapring_verbs_iface_t, uct_md_h md,
     self->cm_calls    = 0;
     self->check_calls = 0;
     self->prefetch    = 1; /* until the provider says otherwise */
+    self->populate    = 1; /* until the kernel says otherwise */
+    self->populate_calls = 0;
     self->block_mrs   = NULL;
     self->nblocks     = 0;
     memset(&self->pinned_stats, 0, sizeof(self->pinned_stats));
