@@ -40,6 +40,10 @@
 #define UCT_REMAPRING_VERBS_CM_PERIOD    64
 /* Looks at the channel between two of the pool's and copies' upkeep */
 #define UCT_REMAPRING_VERBS_MAINTAIN_PERIOD 1024
+/* older C libraries lack it; a kernel before 5.14 refuses it (EINVAL) */
+#ifndef MADV_POPULATE_WRITE
+#define MADV_POPULATE_WRITE 23
+#endif
 /* odp mode: how far ahead of the sender's tail the receiver has the pages
  * of its ring present in both its views (uct_remapring_rx_vconn_populate) */
 #define UCT_REMAPRING_VERBS_POPULATE_AHEAD (64 * UCS_KBYTE)
