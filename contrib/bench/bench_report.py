@@ -150,12 +150,14 @@ def print_table(med, order, transports, missing, ref=None, out=sys.stdout):
               "below 1, bw and rate above 1), '-' behind" % BASELINE,
               file=out)
     if ref:
-        print("%s: its bandwidth at the size, and each transport's share of "
+        print("%s: its bandwidth at the size, and each figure's share of "
               "it (bw rows)" % ref[0], file=out)
 
 
 def write_csv(path, med, order, transports, runs, ref=None):
-    others = [t for t in transports if t != BASELINE]
+    # ratios to the baseline only where it was measured
+    others = ([t for t in transports if t != BASELINE]
+              if BASELINE in transports else [])
     with open(path, "w", newline="") as f:
         w = csv.writer(f)
         w.writerow(["bench", "size", "metric", "unit"] + transports +

@@ -10,8 +10,8 @@
 # the MPI is there, for each MPI's latency; whose table must end with
 # the ratios; and whose large-message part (128 KiB, 10 iterations) must
 # give UCP tag_bw from every transport, memcpy's bandwidth and the shares
-# of it, and each MPI's bw, bibw, mbw (two pairs) and allreduce from every
-# transport.
+# of it, each MPI's bw, bibw, mbw (two pairs) and allreduce from every
+# transport, and both copy ceilings with their shares of memcpy.
 # Checks that the benchmark runs, never how fast.
 #
 . "$(dirname "$0")/common.sh"
@@ -25,7 +25,7 @@ command -v ucx_perftest >/dev/null || skip "no ucx_perftest"
 
 note "bench.sh -h"
 "$bench" -h > "$tmp/help" || fail "bench.sh -h: exit status $?"
-for w in --full perftest mpi4py storm large memcpy posix+cma; do
+for w in --full perftest mpi4py storm large memcpy ceiling posix+cma; do
     grep -q -- "$w" "$tmp/help" || fail "bench.sh -h says nothing of $w"
 done
 
@@ -88,6 +88,16 @@ for m in "${lbenches[@]}"; do
 done
 grep -q "^memcpy: its bandwidth at the size" "$tmp/log" ||
     fail "no large-message table"
+# ceiling.csv: each way's figure and its share of memcpy, by column name
+ccsv=$tmp/out/ceiling.csv
+[ -s "$ccsv" ] || fail "no ceiling.csv"
+for w in 1copy-cma 2copy-shm; do
+    awk -F, -v w="$w" 'NR == 1 { for (i = 1; i <= NF; ++i) col[$i] = i; next }
+        $1 == "copy ceiling" && $2 == 131072 && $3 == "bw" &&
+        $col[w] > 0 && $col["memcpy"] > 0 && $col[w "/memcpy"] > 0 {
+        found = 1 } END { exit !found }' "$ccsv" ||
+        fail "copy ceiling $w 128 KiB: no figure or share in ceiling.csv"
+done
 if [ "$(nproc)" -ge 2 ]; then
     grep -Eq "^cache line round trip .*: [0-9]+ ns at the start, [0-9]+ ns" \
         "$tmp/log" || fail "no cache line round trip in the footer"
