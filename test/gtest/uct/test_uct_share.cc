@@ -15,6 +15,12 @@
  * finishes) fails the operation and the connection with one log line, the
  * caller's memory untouched past its buffer, within the 10 s timeout.
  *
+ * The requester's judgement of whether sharing pays at a size
+ * (uct_remapring_share_judge(), fed with made-up timings): it measures some
+ * copied alone when a shared one looks slow, goes alone, for longer after
+ * each loss in a row, while alone ones move clearly more, keeps sharing
+ * while it pays or nearly, and measures again when its figure is old.
+ *
  * In one process, the helper's side step by step, through requests the
  * test writes as a sender could: it copies the chunks a request leaves,
  * takes nothing of a request whose operation is over (another generation,
@@ -292,8 +298,13 @@ TEST_F(test_uct_share, get_shared)
     uint64_t helped = ask<uint64_t>('q');
     std::cout << "asked " << sender_iface()->share.asked
               << ", the receiver copied " << sender_iface()->share.given
-              << " chunks (it counts " << helped << ")" << std::endl;
-    EXPECT_EQ(20 * NSIZES, sender_iface()->share.asked);
+              << " chunks (it counts " << helped << "); "
+              << sender_iface()->share.lost << " slower than alone ones, "
+              << sender_iface()->share.alone << " copied alone" << std::endl;
+    /* each operation was shared, or copied alone where sharing did not pay
+     * lately or its alone figure was due */
+    EXPECT_EQ(20 * NSIZES,
+              sender_iface()->share.asked + sender_iface()->share.alone);
     EXPECT_EQ(helped, sender_iface()->share.given);
     EXPECT_GT(helped, 0u) << "the receiver never took a chunk";
 }
@@ -623,3 +634,100 @@ TEST_F(test_uct_share_helper, bad_requests_fail_the_connection)
 }
 
 } // namespace
+
+
+/* A shared operation of 1 KiB, 512 bytes of it the requester's in @a own
+ * ticks, the whole in @a total */
+static int judge(uct_remapring_share_class_t *cls, ucs_time_t own,
+                 ucs_time_t total)
+{
+    return uct_remapring_share_judge(cls, own, total, 512, 1024);
+}
+
+/* A run of @a n alone operations of 1 KiB in @a ticks each */
+static void alone(uct_remapring_share_class_t *cls, unsigned n,
+                  ucs_time_t ticks)
+{
+    for (unsigned i = 0; i < n; ++i) {
+        ASSERT_GT(cls->skip, 0u) << "alone while sharing";
+        --cls->skip;
+        uct_remapring_share_alone_done(cls, ticks, 1024);
+    }
+}
+
+TEST(test_uct_share_judge, goes_alone_while_alone_moves_more)
+{
+    uct_remapring_share_class_t cls = {};
+
+    /* 400 ticks shared, where our half at our rate says 200 for all: the
+     * next three go alone, to measure; the first of them is cold */
+    EXPECT_EQ(0, judge(&cls, 100, 400));
+    EXPECT_EQ(3u, cls.skip);
+    alone(&cls, 1, 100000);
+    alone(&cls, 2, 100);
+    EXPECT_EQ(0u, cls.skip);
+    EXPECT_DOUBLE_EQ(10.24, cls.alone_rate) << "the cold one was counted";
+
+    /* alone moved 10.24 a tick, shared 2.56: each loss in a row doubles
+     * the run that goes alone, up to 1024 */
+    unsigned expect = 4;
+    for (int i = 0; i < 12; ++i) {
+        EXPECT_EQ(1, judge(&cls, 100, 400)) << "loss " << i;
+        EXPECT_EQ(expect, cls.skip);
+        alone(&cls, cls.skip, 100);
+        expect = std::min(expect * 2, 1024u);
+    }
+
+    /* shared now moves as much: after a few more runs alone (its average
+     * catches up) sharing stays, and the runs start over */
+    int lost = 1;
+    for (int i = 0; (i < 20) && lost; ++i) {
+        lost = judge(&cls, 50, 100);
+        alone(&cls, cls.skip, 100);
+    }
+    EXPECT_EQ(0, lost) << "sharing never came back";
+    EXPECT_EQ(0u, cls.backoff);
+    EXPECT_EQ(0, judge(&cls, 50, 100));
+    EXPECT_EQ(0u, cls.skip);
+    /* slow again: the first run alone is 4 again */
+    EXPECT_EQ(1, judge(&cls, 100, 10000));
+    EXPECT_EQ(4u, cls.skip);
+}
+
+TEST(test_uct_share_judge, keeps_sharing_while_it_pays_or_nearly)
+{
+    uct_remapring_share_class_t cls = {};
+
+    /* no slower than our own half's rate over the whole: never measured */
+    for (int i = 0; i < 100; ++i) {
+        EXPECT_EQ(0, judge(&cls, 60, 120));
+    }
+    EXPECT_EQ(0u, cls.skip);
+
+    /* looks slow: measured; alone moves 1.2 times as much (10.24 against
+     * 8.53 a tick), within the margin, so sharing stays */
+    EXPECT_EQ(0, judge(&cls, 20, 120));
+    ASSERT_EQ(3u, cls.skip);
+    alone(&cls, 3, 100);
+    for (int i = 0; i < 20; ++i) {
+        EXPECT_EQ(0, judge(&cls, 20, 120)) << i;
+        EXPECT_EQ(0u, cls.skip) << i;
+    }
+}
+
+TEST(test_uct_share_judge, measures_again_when_its_figure_is_old)
+{
+    uct_remapring_share_class_t cls = {};
+
+    EXPECT_EQ(0, judge(&cls, 20, 120));
+    alone(&cls, 3, 100);
+    /* 64 shared ones compare with that figure; the next that looks slow
+     * measures again */
+    for (int i = 0; i < 64; ++i) {
+        EXPECT_EQ(0, judge(&cls, 20, 120));
+        EXPECT_EQ(0u, cls.skip) << i;
+    }
+    EXPECT_EQ(0, judge(&cls, 20, 120));
+    EXPECT_EQ(3u, cls.skip);
+    EXPECT_EQ(1u, cls.fresh);
+}

@@ -19,6 +19,8 @@
 #include <uct/ib/remapring/base/remapring_ep.h>
 #include <uct/ib/remapring/base/remapring_iface.h>
 
+#include <ucs/time/time_def.h>
+
 
 /** The one device the transport offers: this host's memory. */
 #define UCT_REMAPRING_SM_DEVICE_NAME "memory"
@@ -74,6 +76,25 @@ typedef struct uct_remapring_rx_conn {
 
 
 /**
+ * Whether shared copies of one size class (the log2 of the length) pay
+ * (remapring_sm_share.c): measured against the same operations copied
+ * alone, now and then.
+ */
+typedef struct {
+    uint32_t skip; /* operations still to copy alone */
+    uint32_t backoff; /* skip after the next loss; 0: sharing paid last */
+    uint32_t since_alone; /* shared ones since the last alone */
+    uint32_t fresh; /* the next alone one is the first of its run */
+    double shared_rate; /* bytes a tick, moving average; 0: none yet */
+    double alone_rate; /* the same of alone ones, the first of each
+                               run left out; 0: none yet */
+} uct_remapring_share_class_t;
+
+
+#define UCT_REMAPRING_SHARE_CLASSES 64 /* a class per bit of a length */
+
+
+/**
  * Interface of the shared-memory transport.
  */
 struct uct_remapring_sm_iface {
@@ -101,6 +122,9 @@ struct uct_remapring_sm_iface {
         uint64_t asked; /* operations we asked a receiver to share */
         uint64_t given; /* chunks of ours a receiver copied */
         uint64_t helped; /* chunks of senders' operations we copied */
+        uint64_t lost; /* shared ones slower than alone ones */
+        uint64_t alone; /* copied alone instead, or to measure */
+        uct_remapring_share_class_t cls[UCT_REMAPRING_SHARE_CLASSES];
     } share;
 };
 
@@ -136,9 +160,35 @@ ucs_status_t uct_remapring_sm_iface_config_check(
  * key. Returns 0 when every byte moved, the errno of the copy that failed
  * (ESRCH: the receiver exited), as remapring_proc_vm_xfer(), or -1 if it
  * could not ask the receiver now (nothing moved: the caller copies alone).
+ * Where sharing did not pay at this size lately, it copies alone itself.
  */
 int uct_remapring_sm_share_rma(uct_remapring_sm_peer_t *peer, void *local,
                                size_t length, uint64_t remote_addr, int write);
+
+
+/**
+ * Judge one shared operation of @a length bytes of a size class: @a own, the
+ * ticks the requester took for its @a own_bytes; @a total, until the
+ * helper's chunks were done too. It lost if the class's alone operations
+ * moved over 1.25 times as much a tick as its shared ones (moving averages,
+ * this one included): then the class's next operations go alone, 4 after a
+ * first loss, twice as many after each loss in a row (up to 1024). With no
+ * alone figure, or one 64 shared operations old, an operation that took
+ * longer than the requester's own rate would have for the whole length
+ * makes the next three go alone, to measure (the first is not counted).
+ * Returns whether it lost.
+ */
+int uct_remapring_share_judge(uct_remapring_share_class_t *cls,
+                              ucs_time_t own, ucs_time_t total,
+                              size_t own_bytes, size_t length);
+
+
+/**
+ * Count an operation of @a length bytes of the class copied alone in
+ * @a ticks.
+ */
+void uct_remapring_share_alone_done(uct_remapring_share_class_t *cls,
+                                    ucs_time_t ticks, size_t length);
 
 
 /**

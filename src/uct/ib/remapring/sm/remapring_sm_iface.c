@@ -563,6 +563,9 @@ static UCS_CLASS_INIT_FUNC(uct_remapring_sm_iface_t, uct_md_h md,
     self->share.asked     = 0;
     self->share.given     = 0;
     self->share.helped    = 0;
+    self->share.lost      = 0;
+    self->share.alone     = 0;
+    memset(self->share.cls, 0, sizeof(self->share.cls));
     ucs_list_head_init(&self->rx.active);
     ucs_list_head_init(&self->rx.asleep);
 
@@ -603,10 +606,11 @@ static UCS_CLASS_CLEANUP_FUNC(uct_remapring_sm_iface_t)
     uct_remapring_iface_warn_peers(&self->super);
     if ((self->share.asked > 0) || (self->share.helped > 0)) {
         ucs_debug("iface %p shared copies: asked %" PRIu64 ", receivers "
-                  "copied %" PRIu64 " chunks; copied %" PRIu64
-                  " chunks of senders",
+                  "copied %" PRIu64 " chunks, %" PRIu64 " slower than "
+                  "alone ones, %" PRIu64 " copied alone; copied %"
+                  PRIu64 " chunks of senders",
                   self, self->share.asked, self->share.given,
-                  self->share.helped);
+                  self->share.lost, self->share.alone, self->share.helped);
     }
 
     /* senders see the interface closed; then the rings go */

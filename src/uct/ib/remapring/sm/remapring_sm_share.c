@@ -45,6 +45,24 @@
  * The requester waits only for chunks the helper is copying; if the helper
  * process exits meanwhile, the operation fails with the connection.
  *
+ * Sharing pays only if the helper's chunks go about as fast as the
+ * requester's. They do not always: on one machine, with the two cores on
+ * different dies, UCP tag_bw of 16 MiB between buffers from malloc() moved
+ * 7 GB/s shared and 16-23 alone (the helper's process_vm_writev into pages
+ * their own process never touches ran at a fifth of the requester's
+ * process_vm_readv; posix+cma's put has the same cost), while at 4 MiB
+ * sharing moved 28-32 against 21. So the requester times what it moves, per
+ * size class (the log2 of the length): each shared operation, and now and
+ * then a few it copies alone, and keeps a moving average of each. While
+ * the alone ones move clearly more (uct_remapring_share_judge()), the next
+ * operations of that class go alone, a few at first, twice as many after
+ * each loss in a row; the first shared one after them judges again, so
+ * sharing comes back when it pays again. Alone ones are measured when a
+ * shared one took longer than the requester's own chunks' rate would have
+ * for the whole length (its own half, in its own cache, is a poor guide to
+ * a copy of all of it: at 4 MiB shared operations took longer than that
+ * and still moved more than alone ones), and again after 64 shared ones.
+ *
  * What the helper copies is named by the requester: its own memory by the
  * requester's address, and the helper's memory by an address the requester
  * took from the helper's key. The helper copies out of or into its own
@@ -81,6 +99,25 @@
  *  between taking a chunk and its system call, and resumed later, still
  *  copies that chunk then */
 #define UCT_REMAPRING_SHARE_TIMEOUT 10
+
+/** Operations of a size class that go alone after a first loss, and at most
+ *  after losses in a row */
+#define UCT_REMAPRING_SHARE_BACKOFF_MIN 4u
+#define UCT_REMAPRING_SHARE_BACKOFF_MAX 1024u
+
+/** Shared operations of a class after which its alone figure is measured
+ *  again, and how many go alone to measure it: the first one after shared
+ *  ones finds the other half's pages cold (16 MiB alone: 1.3 GB/s the
+ *  first time, 16-23 after) and is not counted */
+#define UCT_REMAPRING_SHARE_ALONE_AGE   64u
+#define UCT_REMAPRING_SHARE_PROBE       3u
+
+/** How much more the alone operations of a class must move (moving
+ *  averages of both, each operation's rate weighing a quarter) for sharing
+ *  to lose: single operations' rates spread over 2x and more either way
+ *  (1 MiB ping-pong, shared 1.8-16 bytes a tick, alone 4.7-13), and a
+ *  loss costs the shared gain where there is one */
+#define UCT_REMAPRING_SHARE_MARGIN      1.25
 
 /** Shortest and longest chunk. An operation is cut in two halves, each
  *  process copying one with a single system call, up to halves of the
@@ -138,11 +175,13 @@ static int uct_remapring_share_copy(const uct_remapring_share_req_t *req,
     return remapring_proc_vm_xfer(pid, &local, 1, &remote, 1, length, write);
 }
 
-/* The requester copies every chunk it can take; the number it copied, and
- * the errno of the one that failed (then it stops) */
+/* The requester copies every chunk it can take; the number it copied, the
+ * bytes in them (@a bytes_p), and the errno of the one that failed (then it
+ * stops) */
 static unsigned uct_remapring_share_take(uct_remapring_share_t *share,
                                          const uct_remapring_share_req_t *req,
-                                         pid_t pid, void *local, int *err_p)
+                                         pid_t pid, void *local, int *err_p,
+                                         size_t *bytes_p)
 {
     unsigned mine = 0;
     uint32_t index;
@@ -159,8 +198,63 @@ static unsigned uct_remapring_share_take(uct_remapring_share_t *share,
             return mine;
         }
 
+        *bytes_p += ucs_min(req->chunk,
+                            req->length - (size_t)index * req->chunk);
         ++mine;
     }
+}
+
+/* @a avg moved a quarter of the way to @a rate; @a rate if @a avg is none */
+static double uct_remapring_share_average(double avg, double rate)
+{
+    return (avg == 0) ? rate : (avg + (rate - avg) / 4);
+}
+
+int uct_remapring_share_judge(uct_remapring_share_class_t *cls,
+                              ucs_time_t own, ucs_time_t total,
+                              size_t own_bytes, size_t length)
+{
+    cls->shared_rate = uct_remapring_share_average(
+            cls->shared_rate,
+            (double)length / ucs_max(total, (ucs_time_t)1));
+    if ((cls->alone_rate == 0) ||
+        (++cls->since_alone > UCT_REMAPRING_SHARE_ALONE_AGE)) {
+        /* nothing recent to compare with: measure some alone if this one
+         * took longer than our own rate over the whole length */
+        if ((double)total * own_bytes > (double)own * length) {
+            cls->skip  = UCT_REMAPRING_SHARE_PROBE;
+            cls->fresh = 1;
+        }
+        return 0;
+    }
+
+    if (cls->shared_rate * UCT_REMAPRING_SHARE_MARGIN >= cls->alone_rate) {
+        cls->backoff = 0;
+        return 0;
+    }
+
+    cls->backoff = (cls->backoff == 0) ?
+                           UCT_REMAPRING_SHARE_BACKOFF_MIN :
+                           ucs_min(cls->backoff * 2,
+                                   UCT_REMAPRING_SHARE_BACKOFF_MAX);
+    cls->skip    = cls->backoff;
+    cls->fresh   = 1;
+    return 1;
+}
+
+void uct_remapring_share_alone_done(uct_remapring_share_class_t *cls,
+                                    ucs_time_t ticks, size_t length)
+{
+    cls->since_alone = 0;
+    if (cls->fresh) {
+        /* the first of a run after shared ones finds the other half's
+         * pages cold: not counted */
+        cls->fresh = 0;
+        return;
+    }
+
+    cls->alone_rate = uct_remapring_share_average(
+            cls->alone_rate, (double)length / ucs_max(ticks, (ucs_time_t)1));
 }
 
 /* Wait until the helper finished the @a taken chunks it took: 0, ESRCH if
@@ -239,11 +333,33 @@ int uct_remapring_sm_share_rma(uct_remapring_sm_peer_t *peer, void *local,
     uct_remapring_share_t *share    = &peer->remote.conn->share;
     pid_t pid                       = peer->remote.proc.pid;
     size_t chunk                    = uct_remapring_share_chunk(length);
+    uct_remapring_share_class_t *cls =
+            &iface->share.cls[ucs_ilog2(length)];
+    ucs_time_t start, own_done;
     uct_remapring_share_req_t req;
+    size_t own_bytes = 0;
     unsigned mine, taken;
     int err = 0, wait_err;
     uint32_t last;
     uint64_t back;
+
+    if (cls->skip > 0) {
+        /* sharing lost at this size lately, or its alone figure is due */
+        struct iovec local_iov = {.iov_base = local, .iov_len = length};
+        struct iovec remote    = {.iov_base = (void *)(uintptr_t)remote_addr,
+                                  .iov_len  = length};
+
+        --cls->skip;
+        ++iface->share.alone;
+        start = ucs_get_time();
+        err   = remapring_proc_vm_xfer(pid, &local_iov, 1, &remote, 1, length,
+                                       write);
+        if (err == 0) {
+            uct_remapring_share_alone_done(cls, ucs_get_time() - start,
+                                           length);
+        }
+        return err;
+    }
 
     req.kind           = UCT_REMAPRING_CONTROL_SHARE;
     req.helper_writes  = !write;
@@ -261,7 +377,10 @@ int uct_remapring_sm_share_rma(uct_remapring_sm_peer_t *peer, void *local,
     }
 
     ++iface->share.asked;
-    mine = uct_remapring_share_take(share, &req, pid, local, &err);
+    start    = ucs_get_time();
+    mine     = uct_remapring_share_take(share, &req, pid, local, &err,
+                                        &own_bytes);
+    own_done = ucs_get_time();
     /* close the operation: what claim held says how many were taken */
     last = ucs_min((uint32_t)__atomic_exchange_n(
                            &share->claim,
@@ -279,6 +398,16 @@ int uct_remapring_sm_share_rma(uct_remapring_sm_peer_t *peer, void *local,
     wait_err = uct_remapring_share_wait(peer, share, taken);
     if (wait_err != 0) {
         return wait_err;
+    }
+
+    if ((taken > 0) && (own_bytes > 0) && (err == 0) &&
+        uct_remapring_share_judge(cls, own_done - start,
+                                  ucs_get_time() - start, own_bytes,
+                                  length)) {
+        ucs_trace("%s: a shared copy of %zu bytes moved less than one "
+                  "copied alone; the next %u of this size go alone",
+                  peer->super.name, length, cls->skip);
+        ++iface->share.lost;
     }
 
     iface->share.given += taken;
