@@ -76,12 +76,15 @@ Parts:
             memcpy() of each size measured in the same run
             (contrib/bench/memcpy_bw.c); its own table, large.txt (and
             large.csv, large-raw.csv): each figure, its ratio to posix+cma
-            and its share of memcpy's bandwidth; below it the copy
-            ceilings (ceiling.csv, memcpy_bw -c): what two processes move
-            at each size with nothing of a transport around one
+            and its share of memcpy's bandwidth; below it, plain copies
+            (plain.csv, memcpy_bw -c): what two processes move at
+            each size with nothing of a transport around one
             process_vm_readv a message (1copy-cma) or around copies in and
             out of four shared 256 KiB slots (2copy-shm), and their share
-            of memcpy's. Both transports' buffers
+            of memcpy's: what each way of moving the bytes gets here by
+            itself, busy-polling as the transports do, so a run in which
+            the scheduler parts the two processes can measure them below
+            a transport. Both transports' buffers
             come from malloc() (UCX_ALLOC_PRIO=heap), as an application's
             do: by default ucx_perftest allocates them through UCP, which
             takes posix's shared memory (small pages) for posix+cma and
@@ -361,12 +364,12 @@ fi
 
 # --- large messages ------------------------------------------------------------
 large_raw=$out/large-raw.csv
-ceiling_raw=$out/ceiling-raw.csv
-rm -f "$large_raw" "$ceiling_raw" "$out/large.csv" "$out/large.txt" \
-      "$out/ceiling.csv"
+plain_raw=$out/plain-raw.csv
+rm -f "$large_raw" "$plain_raw" "$out/large.csv" "$out/large.txt" \
+      "$out/plain.csv"
 if [[ ,$parts, == *,large,* ]]; then
     echo "bench,size,metric,transport,run,value" > "$large_raw"
-    echo "bench,size,metric,transport,run,value" > "$ceiling_raw"
+    echo "bench,size,metric,transport,run,value" > "$plain_raw"
     cc -O2 "$here/memcpy_bw.c" -o "$tmp/memcpy_bw" ||
         { echo "bench: cannot build memcpy_bw.c" >&2; exit 1; }
     for s in ${large_sizes//,/ }; do
@@ -380,9 +383,9 @@ if [[ ,$parts, == *,large,* ]]; then
             -t ucp_tag_bw,ucp_am_bw,ucp_stream_bw,ucp_tag_lat \
             -o "$large_raw" > /dev/null
         for ((r = 1; r <= reps; r++)); do
-            "$tmp/memcpy_bw" "$s" "$r" | tee -a "$ceiling_raw" >> "$large_raw"
-            "$tmp/memcpy_bw" -c "$s" "$r" >> "$ceiling_raw" ||
-                echo "bench: the copy ceilings at $s B failed" >&2
+            "$tmp/memcpy_bw" "$s" "$r" | tee -a "$plain_raw" >> "$large_raw"
+            "$tmp/memcpy_bw" -c "$s" "$r" >> "$plain_raw" ||
+                echo "bench: the plain copies at $s B failed" >&2
         done
     done
     # MPI at the same sizes: bw, bibw and allreduce between two ranks, and
@@ -456,13 +459,13 @@ if [ -f "$large_raw" ]; then
         /usr/bin/python3 "$here/bench_report.py" "$large_raw" \
             --csv "$out/large.csv" --share-of memcpy
         echo
-        echo "copy ceilings: what two processes of this machine move with" \
+        echo "plain copies: what two processes of this machine move with" \
              "no transport around the copies (memcpy_bw -c; 1copy-cma: one" \
              "process_vm_readv a message, 2copy-shm: copied in and out of" \
              "4 shared 256 KiB slots on two cores)"
-        /usr/bin/python3 "$here/bench_report.py" "$ceiling_raw" \
-            --csv "$out/ceiling.csv" --share-of memcpy
+        /usr/bin/python3 "$here/bench_report.py" "$plain_raw" \
+            --csv "$out/plain.csv" --share-of memcpy
     } | tee "$out/large.txt"
 fi
 echo "results in $out (raw.csv, bench.csv, *.png, storm.txt, storm.csv$(
-    [ -f "$large_raw" ] && echo ", large.txt, large.csv, ceiling.csv"))"
+    [ -f "$large_raw" ] && echo ", large.txt, large.csv, plain.csv"))"

@@ -9,9 +9,9 @@
  * have moved (at least 20 copies), and prints one line of a contrib/bench
  * raw CSV: memcpy,SIZE,bw,memcpy,RUN,MB/s (2^20 bytes a second).
  *
- * With -c it prints instead what two processes of this machine can move
- * at each size with nothing of a transport around the copies, the ceiling
- * of each way a transport can go (rows "copy ceiling,SIZE,bw,WAY,RUN,MB/s"):
+ * With -c it prints instead what two processes of this machine move at
+ * each size with nothing of a transport around the copies, for each way a
+ * transport can move the bytes (rows "plain copy,SIZE,bw,WAY,RUN,MB/s"):
  *   1copy-cma  one process_vm_readv() of the whole message from the other
  *              process's buffer into its own, over and over: one copy, the
  *              kernel pinning the other process's pages each call (what
@@ -22,7 +22,10 @@
  *              out as it lands: two copies on two cores, overlapped (what
  *              a ring does, remapring's eager messages)
  * Both use buffers reused from message to message, as memcpy and
- * ucx_perftest do, and whatever cores the scheduler gives them.
+ * ucx_perftest do, and whatever cores the scheduler gives them; the
+ * receiver of 2copy-shm and the sender waiting for a free slot spin, as the
+ * transports poll, so a run in which the two are not on two cores at once
+ * moves less.
  */
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE
@@ -39,9 +42,9 @@
 #include <time.h>
 #include <unistd.h>
 
-#define CEILING_SLOT_SIZE (256ul << 10)
-#define CEILING_NSLOTS    4
-#define CEILING_LINE      64
+#define PLAIN_SLOT_SIZE (256ul << 10)
+#define PLAIN_NSLOTS    4
+#define PLAIN_LINE      64
 
 static double now_sec(void)
 {
@@ -114,12 +117,12 @@ static void spin(void)
 static void report(const char *way, size_t size, size_t count,
                    double elapsed, const char *run)
 {
-    printf("copy ceiling,%zu,bw,%s,%s,%.1f\n", size, way, run,
+    printf("plain copy,%zu,bw,%s,%s,%.1f\n", size, way, run,
            (double)size * count / elapsed / (1 << 20));
 }
 
 /* 1copy-cma: one process_vm_readv() a message from a child's buffer */
-static int ceiling_cma(size_t size, const char *run)
+static int plain_cma(size_t size, const char *run)
 {
     size_t count = run_count(size), i;
     volatile uint64_t *shared;
@@ -195,22 +198,22 @@ out:
  * of its own, then the slots */
 typedef struct {
     uint64_t produced; /* pieces written, by the sender */
-    char     pad1[CEILING_LINE - sizeof(uint64_t)];
+    char     pad1[PLAIN_LINE - sizeof(uint64_t)];
     uint64_t consumed; /* pieces read, by the receiver */
-    char     pad2[CEILING_LINE - sizeof(uint64_t)];
+    char     pad2[PLAIN_LINE - sizeof(uint64_t)];
     uint64_t ready;    /* 1: the receiver is set; 2: it could not be */
-    char     pad3[4096 - 2 * CEILING_LINE - sizeof(uint64_t)];
-    char     slots[CEILING_NSLOTS][CEILING_SLOT_SIZE];
-} ceiling_ring_t;
+    char     pad3[4096 - 2 * PLAIN_LINE - sizeof(uint64_t)];
+    char     slots[PLAIN_NSLOTS][PLAIN_SLOT_SIZE];
+} plain_ring_t;
 
 /* 2copy-shm: a sender copies into 4 slots, a receiver copies out */
-static int ceiling_shm(size_t size, const char *run)
+static int plain_shm(size_t size, const char *run)
 {
-    size_t count = run_count(size), piece = CEILING_SLOT_SIZE;
+    size_t count = run_count(size), piece = PLAIN_SLOT_SIZE;
     size_t per_msg = (size + piece - 1) / piece;
     uint64_t total = (uint64_t)count * per_msg, i;
     double start, elapsed;
-    ceiling_ring_t *ring;
+    plain_ring_t *ring;
     size_t off, len;
     char *src;
     pid_t pid;
@@ -235,7 +238,7 @@ static int ceiling_shm(size_t size, const char *run)
             }
             off = (i % per_msg) * piece;
             len = ((size - off) < piece) ? (size - off) : piece;
-            memcpy(dst + off, ring->slots[i % CEILING_NSLOTS], len);
+            memcpy(dst + off, ring->slots[i % PLAIN_NSLOTS], len);
             __atomic_store_n(&ring->consumed, i + 1, __ATOMIC_RELEASE);
         }
         _exit(0);
@@ -262,12 +265,12 @@ static int ceiling_shm(size_t size, const char *run)
     start = now_sec();
     for (i = 0; i < total; ++i) {
         while ((i - __atomic_load_n(&ring->consumed, __ATOMIC_ACQUIRE)) >=
-               CEILING_NSLOTS) {
+               PLAIN_NSLOTS) {
             spin();
         }
         off = (i % per_msg) * piece;
         len = ((size - off) < piece) ? (size - off) : piece;
-        memcpy(ring->slots[i % CEILING_NSLOTS], src + off, len);
+        memcpy(ring->slots[i % PLAIN_NSLOTS], src + off, len);
         __atomic_store_n(&ring->produced, i + 1, __ATOMIC_RELEASE);
     }
     while (__atomic_load_n(&ring->consumed, __ATOMIC_ACQUIRE) < total) {
@@ -284,16 +287,16 @@ static int ceiling_shm(size_t size, const char *run)
 
 int main(int argc, char **argv)
 {
-    int ceilings = (argc == 4) && (strcmp(argv[1], "-c") == 0);
+    int plain = (argc == 4) && (strcmp(argv[1], "-c") == 0);
     char *list, *tok, *end;
     unsigned long long size;
 
-    if (argc != 3 + ceilings) {
+    if (argc != 3 + plain) {
         fprintf(stderr, "usage: memcpy_bw [-c] SIZES RUN\n");
         return 2;
     }
 
-    argv += ceilings;
+    argv += plain;
     list  = argv[1];
     for (tok = strtok(list, ","); tok != NULL; tok = strtok(NULL, ",")) {
         size = strtoull(tok, &end, 10);
@@ -304,8 +307,8 @@ int main(int argc, char **argv)
                     tok);
             return 2;
         }
-        if (ceilings ? ((ceiling_cma(size, argv[2]) != 0) ||
-                        (ceiling_shm(size, argv[2]) != 0)) :
+        if (plain ? ((plain_cma(size, argv[2]) != 0) ||
+                        (plain_shm(size, argv[2]) != 0)) :
                        (measure(size, argv[2]) != 0)) {
             return 1;
         }

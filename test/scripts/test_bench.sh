@@ -11,7 +11,7 @@
 # the ratios; and whose large-message part (128 KiB, 10 iterations) must
 # give UCP tag_bw from every transport, memcpy's bandwidth and the shares
 # of it, each MPI's bw, bibw, mbw (two pairs) and allreduce from every
-# transport, and both copy ceilings with their shares of memcpy.
+# transport, and both plain copies with their shares of memcpy.
 # Checks that the benchmark runs, never how fast.
 #
 . "$(dirname "$0")/common.sh"
@@ -25,7 +25,7 @@ command -v ucx_perftest >/dev/null || skip "no ucx_perftest"
 
 note "bench.sh -h"
 "$bench" -h > "$tmp/help" || fail "bench.sh -h: exit status $?"
-for w in --full perftest mpi4py storm large memcpy ceiling posix+cma; do
+for w in --full perftest mpi4py storm large memcpy "plain copies" posix+cma; do
     grep -q -- "$w" "$tmp/help" || fail "bench.sh -h says nothing of $w"
 done
 
@@ -88,15 +88,15 @@ for m in "${lbenches[@]}"; do
 done
 grep -q "^memcpy: its bandwidth at the size" "$tmp/log" ||
     fail "no large-message table"
-# ceiling.csv: each way's figure and its share of memcpy, by column name
-ccsv=$tmp/out/ceiling.csv
-[ -s "$ccsv" ] || fail "no ceiling.csv"
+# plain.csv: each way's figure and its share of memcpy, by column name
+ccsv=$tmp/out/plain.csv
+[ -s "$ccsv" ] || fail "no plain.csv"
 for w in 1copy-cma 2copy-shm; do
     awk -F, -v w="$w" 'NR == 1 { for (i = 1; i <= NF; ++i) col[$i] = i; next }
-        $1 == "copy ceiling" && $2 == 131072 && $3 == "bw" &&
+        $1 == "plain copy" && $2 == 131072 && $3 == "bw" &&
         $col[w] > 0 && $col["memcpy"] > 0 && $col[w "/memcpy"] > 0 {
         found = 1 } END { exit !found }' "$ccsv" ||
-        fail "copy ceiling $w 128 KiB: no figure or share in ceiling.csv"
+        fail "plain copy $w 128 KiB: no figure or share in plain.csv"
 done
 if [ "$(nproc)" -ge 2 ]; then
     grep -Eq "^cache line round trip .*: [0-9]+ ns at the start, [0-9]+ ns" \

@@ -659,6 +659,11 @@ TEST(test_uct_share_judge, goes_alone_while_alone_moves_more)
 {
     uct_remapring_share_class_t cls = {};
 
+    /* the first shared one is cold: not counted, however slow */
+    EXPECT_EQ(0, judge(&cls, 100, 100000));
+    EXPECT_EQ(0u, cls.skip);
+    EXPECT_EQ(0, cls.shared_rate);
+
     /* 400 ticks shared, where our half at our rate says 200 for all: the
      * next three go alone, to measure; the first of them is cold */
     EXPECT_EQ(0, judge(&cls, 100, 400));
@@ -669,9 +674,11 @@ TEST(test_uct_share_judge, goes_alone_while_alone_moves_more)
     EXPECT_DOUBLE_EQ(10.24, cls.alone_rate) << "the cold one was counted";
 
     /* alone moved 10.24 a tick, shared 2.56: each loss in a row doubles
-     * the run that goes alone, up to 1024 */
+     * the run that goes alone, up to 1024; the first shared one after a
+     * run alone is cold, not counted */
     unsigned expect = 4;
     for (int i = 0; i < 12; ++i) {
+        EXPECT_EQ(0, judge(&cls, 100, 100000)) << "after run " << i;
         EXPECT_EQ(1, judge(&cls, 100, 400)) << "loss " << i;
         EXPECT_EQ(expect, cls.skip);
         alone(&cls, cls.skip, 100);
@@ -682,6 +689,7 @@ TEST(test_uct_share_judge, goes_alone_while_alone_moves_more)
      * catches up) sharing stays, and the runs start over */
     int lost = 1;
     for (int i = 0; (i < 20) && lost; ++i) {
+        judge(&cls, 50, 100); /* the cold one after the run */
         lost = judge(&cls, 50, 100);
         alone(&cls, cls.skip, 100);
     }
@@ -699,16 +707,18 @@ TEST(test_uct_share_judge, keeps_sharing_while_it_pays_or_nearly)
     uct_remapring_share_class_t cls = {};
 
     /* no slower than our own half's rate over the whole: never measured */
+    judge(&cls, 60, 120); /* the first, cold */
     for (int i = 0; i < 100; ++i) {
         EXPECT_EQ(0, judge(&cls, 60, 120));
     }
     EXPECT_EQ(0u, cls.skip);
 
     /* looks slow: measured; alone moves 1.2 times as much (10.24 against
-     * 8.53 a tick), within the margin, so sharing stays */
+     * 8.53 a tick), within the margin of 1.5, so sharing stays */
     EXPECT_EQ(0, judge(&cls, 20, 120));
     ASSERT_EQ(3u, cls.skip);
     alone(&cls, 3, 100);
+    judge(&cls, 20, 120); /* the cold one after the run */
     for (int i = 0; i < 20; ++i) {
         EXPECT_EQ(0, judge(&cls, 20, 120)) << i;
         EXPECT_EQ(0u, cls.skip) << i;
@@ -719,11 +729,13 @@ TEST(test_uct_share_judge, measures_again_when_its_figure_is_old)
 {
     uct_remapring_share_class_t cls = {};
 
+    judge(&cls, 20, 120); /* the first, cold */
     EXPECT_EQ(0, judge(&cls, 20, 120));
     alone(&cls, 3, 100);
-    /* 64 shared ones compare with that figure; the next that looks slow
+    judge(&cls, 20, 120); /* the cold one after the run */
+    /* 256 shared ones compare with that figure; the next that looks slow
      * measures again */
-    for (int i = 0; i < 64; ++i) {
+    for (int i = 0; i < 256; ++i) {
         EXPECT_EQ(0, judge(&cls, 20, 120));
         EXPECT_EQ(0u, cls.skip) << i;
     }

@@ -85,6 +85,8 @@ typedef struct {
     uint32_t backoff; /* skip after the next loss; 0: sharing paid last */
     uint32_t since_alone; /* shared ones since the last alone */
     uint32_t fresh; /* the next alone one is the first of its run */
+    uint32_t shared_warm; /* 0: the next shared one is the first, or
+                               the first after a run alone */
     double shared_rate; /* bytes a tick, moving average; 0: none yet */
     double alone_rate; /* the same of alone ones, the first of each
                                run left out; 0: none yet */
@@ -170,13 +172,14 @@ int uct_remapring_sm_share_rma(uct_remapring_sm_peer_t *peer, void *local,
  * Judge one shared operation of @a length bytes of a size class: @a own, the
  * ticks the requester took for its @a own_bytes; @a total, until the
  * helper's chunks were done too. It lost if the class's alone operations
- * moved over 1.25 times as much a tick as its shared ones (moving averages,
+ * moved over 1.5 times as much a tick as its shared ones (moving averages,
  * this one included): then the class's next operations go alone, 4 after a
  * first loss, twice as many after each loss in a row (up to 1024). With no
- * alone figure, or one 64 shared operations old, an operation that took
+ * alone figure, or one 256 shared operations old, an operation that took
  * longer than the requester's own rate would have for the whole length
- * makes the next three go alone, to measure (the first is not counted).
- * Returns whether it lost.
+ * makes the next three go alone, to measure (the first is not counted). The
+ * class's first shared operation, and the first after each run alone, are
+ * not counted either. Returns whether it lost.
  */
 int uct_remapring_share_judge(uct_remapring_share_class_t *cls,
                               ucs_time_t own, ucs_time_t total,

@@ -92,13 +92,17 @@ static ucs_config_field_t uct_remapring_sm_iface_config_table[] = {
 
     {"SHARE_MIN", "256k",
      "Shortest put or get of one piece whose copy the other process\n"
-     "shares: the operation is cut in chunks (two halves, or pieces of 256 KiB,\n"
-     "up to 64), the other process's progress takes chunks as it finds the\n"
-     "request in its ring and copies them with process_vm_writev/readv while\n"
-     "this one copies the rest, so two cores copy. A process whose progress\n"
-     "does not run takes none, nor one with more of this process's records\n"
-     "waiting behind the request (traffic both ways: both cores busy), and\n"
-     "this one copies them all. 'inf': this\n"
+     "shares: the operation is cut in chunks (two halves of up to 8 MiB,\n"
+     "longer ones in 8 MiB pieces, up to 64), the other process's progress\n"
+     "takes chunks as it finds the request in its ring and copies them with\n"
+     "process_vm_writev/readv while this one copies the rest, so two cores\n"
+     "copy. A process whose progress does not run takes none, nor one with\n"
+     "more of this process's records waiting behind the request (traffic\n"
+     "both ways: both cores busy), and this one copies them all. This one\n"
+     "times what it moves, shared and, now and then, alone, per power of two\n"
+     "of the length: where alone copies move over 1.5 times as much, the\n"
+     "next ones of that size go alone, for longer after each such finding in\n"
+     "a row (4 to 1024 operations), then sharing is tried again. 'inf': this\n"
      "process neither asks for shares nor takes any (nor under valgrind, whose\n"
      "memcheck does not see another process write into this one).",
      ucs_offsetof(uct_remapring_sm_iface_config_t, share_min),

@@ -61,7 +61,8 @@
  * shared one took longer than the requester's own chunks' rate would have
  * for the whole length (its own half, in its own cache, is a poor guide to
  * a copy of all of it: at 4 MiB shared operations took longer than that
- * and still moved more than alone ones), and again after 64 shared ones.
+ * and still moved more than alone ones), and again after 256 shared ones
+ * (each time three operations go at the alone rate).
  *
  * What the helper copies is named by the requester: its own memory by the
  * requester's address, and the helper's memory by an address the requester
@@ -107,17 +108,19 @@
 
 /** Shared operations of a class after which its alone figure is measured
  *  again, and how many go alone to measure it: the first one after shared
- *  ones finds the other half's pages cold (16 MiB alone: 1.3 GB/s the
- *  first time, 16-23 after) and is not counted */
-#define UCT_REMAPRING_SHARE_ALONE_AGE   64u
+ *  ones finds the other half's pages cold (4 MiB alone: 0.44 bytes a tick
+ *  the first time, 6-9 after) and is not counted */
+#define UCT_REMAPRING_SHARE_ALONE_AGE   256u
 #define UCT_REMAPRING_SHARE_PROBE       3u
 
 /** How much more the alone operations of a class must move (moving
  *  averages of both, each operation's rate weighing a quarter) for sharing
  *  to lose: single operations' rates spread over 2x and more either way
  *  (1 MiB ping-pong, shared 1.8-16 bytes a tick, alone 4.7-13), and a
- *  loss costs the shared gain where there is one */
-#define UCT_REMAPRING_SHARE_MARGIN      1.25
+ *  loss costs the shared gain where there is one (with 1.25, UCP am_bw at
+ *  4 MiB went alone in one run, 29 GB/s against 32 shared); where sharing
+ *  lost, alone ones moved 2.5-3 times as much */
+#define UCT_REMAPRING_SHARE_MARGIN      1.5
 
 /** Shortest and longest chunk. An operation is cut in two halves, each
  *  process copying one with a single system call, up to halves of the
@@ -214,6 +217,13 @@ int uct_remapring_share_judge(uct_remapring_share_class_t *cls,
                               ucs_time_t own, ucs_time_t total,
                               size_t own_bytes, size_t length)
 {
+    if (!cls->shared_warm) {
+        /* the class's first shared one, or the first after a run alone,
+         * finds the other half's pages cold: not counted */
+        cls->shared_warm = 1;
+        return 0;
+    }
+
     cls->shared_rate = uct_remapring_share_average(
             cls->shared_rate,
             (double)length / ucs_max(total, (ucs_time_t)1));
@@ -246,6 +256,10 @@ void uct_remapring_share_alone_done(uct_remapring_share_class_t *cls,
                                     ucs_time_t ticks, size_t length)
 {
     cls->since_alone = 0;
+    if (cls->skip == 0) {
+        cls->shared_warm = 0; /* the run ends */
+    }
+
     if (cls->fresh) {
         /* the first of a run after shared ones finds the other half's
          * pages cold: not counted */
