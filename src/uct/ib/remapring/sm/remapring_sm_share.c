@@ -48,9 +48,9 @@
  * Sharing pays only if the helper's chunks go about as fast as the
  * requester's. They do not always: on one machine, with the two cores on
  * different dies, UCP tag_bw of 16 MiB between buffers from malloc() moved
- * 7 GB/s shared and 16-23 alone (the helper's process_vm_writev into pages
- * their own process never touches ran at a fifth of the requester's
- * process_vm_readv; posix+cma's put has the same cost), while at 4 MiB
+ * 7 GB/s shared and 16-23 alone (the helper's process_vm_writev into the
+ * receiver's buffer ran at a fifth of the requester's process_vm_readv;
+ * posix+cma's put has the same cost), while at 4 MiB
  * sharing moved 28-32 against 21. So the requester times what it moves, per
  * size class (the log2 of the length): each shared operation, and now and
  * then a few it copies alone, and keeps a moving average of each. While
