@@ -54,38 +54,6 @@ static double now_sec(void)
     return ts.tv_sec + ts.tv_nsec * 1e-9;
 }
 
-static int measure(size_t size, const char *run)
-{
-    size_t count = (size_t)2 << 30;
-    char *src, *dst;
-    double start, elapsed;
-    size_t i;
-
-    count = (count / size < 20) ? 20 : count / size;
-    src   = aligned_alloc(4096, (size + 4095) & ~(size_t)4095);
-    dst   = aligned_alloc(4096, (size + 4095) & ~(size_t)4095);
-    if ((src == NULL) || (dst == NULL)) {
-        fprintf(stderr, "memcpy_bw: cannot allocate 2 x %zu bytes\n", size);
-        return -1;
-    }
-    memset(src, 0x5a, size);
-    memset(dst, 0, size); /* both faulted in before the clock starts */
-
-    start = now_sec();
-    for (i = 0; i < count; ++i) {
-        memcpy(dst, src, size);
-        /* the copy is used: the compiler may not drop or merge it */
-        __asm__ volatile("" : : "r"(dst) : "memory");
-    }
-    elapsed = now_sec() - start;
-
-    printf("memcpy,%zu,bw,memcpy,%s,%.1f\n", size, run,
-           (double)size * count / elapsed / (1 << 20));
-    free(src);
-    free(dst);
-    return 0;
-}
-
 /* How many messages of @a size a run moves: about 2 GiB, at least 20 */
 static size_t run_count(size_t size)
 {
@@ -103,6 +71,35 @@ static void *buffer(size_t size, int fill)
         memset(p, fill, size);
     }
     return p;
+}
+
+static int measure(size_t size, const char *run)
+{
+    size_t count = run_count(size), i;
+    char *src    = buffer(size, 0x5a);
+    char *dst    = buffer(size, 0); /* both faulted in before the clock */
+    double start, elapsed;
+
+    if ((src == NULL) || (dst == NULL)) {
+        fprintf(stderr, "memcpy_bw: cannot allocate 2 x %zu bytes\n", size);
+        free(src);
+        free(dst);
+        return -1;
+    }
+
+    start = now_sec();
+    for (i = 0; i < count; ++i) {
+        memcpy(dst, src, size);
+        /* the copy is used: the compiler may not drop or merge it */
+        __asm__ volatile("" : : "r"(dst) : "memory");
+    }
+    elapsed = now_sec() - start;
+
+    printf("memcpy,%zu,bw,memcpy,%s,%.1f\n", size, run,
+           (double)size * count / elapsed / (1 << 20));
+    free(src);
+    free(dst);
+    return 0;
 }
 
 static void spin(void)
