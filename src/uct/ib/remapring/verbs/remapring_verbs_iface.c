@@ -886,11 +886,15 @@ static unsigned uct_remapring_vconn_srq_share(uct_remapring_vconn_t *vconn)
     return vconn->is_rx ? ucs_max(vconn->imm_window, share) : share;
 }
 
+static void uct_remapring_verbs_post_recvs(uct_remapring_verbs_iface_t *verbs);
+
 /* Receive requests for one more connection (its share), and the ones the
  * interface's progress has taken and not posted again yet (fewer than
- * UCT_REMAPRING_VERBS_SRQ_REFILL, twice, counted in srq_need from the
- * start); posted by the next progress. The posted ones do not shrink when
- * a connection goes: the SRQ keeps what its busiest time needed */
+ * UCT_REMAPRING_VERBS_SRQ_REFILL and a poll batch, see the poll: twice the
+ * refill, counted in srq_need from the start); posted at once,
+ * before the connection's QP exists: its peer may write a whole share
+ * before our next progress. The posted ones do not shrink when a
+ * connection goes: the SRQ keeps what its busiest time needed */
 static void uct_remapring_verbs_srq_reserve(uct_remapring_vconn_t *vconn)
 {
     uct_remapring_verbs_iface_t *verbs = uct_remapring_verbs(vconn->iface);
@@ -912,6 +916,7 @@ static void uct_remapring_verbs_srq_reserve(uct_remapring_vconn_t *vconn)
         verbs->srq_short = 1;
     }
     verbs->srq_size = ucs_min(need, verbs->srq_max);
+    uct_remapring_verbs_post_recvs(verbs);
 }
 
 /* With the defaults (128, an SRQ of up to UCT_REMAPRING_VERBS_SRQ_GROW_MAX)
@@ -2510,15 +2515,20 @@ static void uct_remapring_verbs_poll_cq(uct_remapring_iface_t *iface)
                 }
             }
         }
+
+        /* after each batch, not only after the last: an acknowledgement
+         * sent from this batch lets a sender write half a window more
+         * while we may still be taking the completions of a long pause
+         * (the taken requests stay below the refill and a batch, within
+         * the two refills srq_need keeps for them) */
+        if (verbs->srq_posted + UCT_REMAPRING_VERBS_SRQ_REFILL <=
+            verbs->srq_size) {
+            uct_remapring_verbs_post_recvs(verbs);
+        }
     } while (n == UCT_REMAPRING_VERBS_POLL_BATCH);
 
     if (ucs_unlikely(!ucs_list_is_empty(&verbs->zombies))) {
         uct_remapring_verbs_reap(verbs);
-    }
-
-    if (verbs->srq_posted + UCT_REMAPRING_VERBS_SRQ_REFILL <=
-        verbs->srq_size) {
-        uct_remapring_verbs_post_recvs(verbs);
     }
 }
 
@@ -3787,6 +3797,9 @@ static UCS_CLASS_INIT_FUNC(uct_remapring_verbs_iface_t, uct_md_h md,
     self->srq_max         = limits.srq_max;
     self->srq_short       = 0;
     self->imm_window      = config->imm_window;
+    /* the requests taken and not posted again (uct_remapring_verbs_poll_cq) */
+    UCS_STATIC_ASSERT(UCT_REMAPRING_VERBS_POLL_BATCH <=
+                      UCT_REMAPRING_VERBS_SRQ_REFILL);
     self->srq_need        = 2 * UCT_REMAPRING_VERBS_SRQ_REFILL;
     self->sig_every       = ucs_max(self->sq_size / 8, 1u);
     self->timeout         = config->timeout;
