@@ -84,10 +84,14 @@ Parts:
             of memcpy's: what each way of moving the bytes gets here by
             itself, busy-polling as the transports do, so a run in which
             the scheduler parts the two processes can measure them below
-            a transport. Both transports' buffers
-            come from malloc() (UCX_ALLOC_PRIO=heap), as an application's
-            do: by default ucx_perftest allocates them through UCP, which
-            takes posix's shared memory (small pages) for posix+cma and
+            a transport. Both transports' buffers come from malloc()
+            (UCX_ALLOC_PRIO=heap) and are written once (MALLOC_PERTURB_),
+            as an application's: ucx_perftest never writes them, and an
+            untouched buffer reads the zero page at every address, several
+            times slower than memory on some CPUs (a 16 MiB copy 4.7
+            against 36 GB/s on the test machine, an AMD EPYC; both
+            transports alike). By default ucx_perftest allocates them
+            through UCP, which takes posix's shared memory (small pages) for posix+cma and
             transparent huge pages for remapring, a difference of 2-3x from
             4 MiB on that is the allocation's, not the transport's. Then
             test/apps/mpi_bench.c at the same sizes under each MPI: bw,
@@ -377,7 +381,12 @@ if [[ ,$parts, == *,large,* ]]; then
         n=${large_iters:-$(( (2 << 30) / s ))}
         [ -n "$large_iters" ] || n=$(( n < 100 ? 100 : n > 20000 ? 20000 : n ))
         progress "large messages, $s B, $reps runs, $n iterations"
-        UCX_ALLOC_PRIO=heap \
+        # malloc()ed buffers, written once as an application's are
+        # (MALLOC_PERTURB_: glibc fills what malloc returns): ucx_perftest
+        # never writes them, and an untouched buffer reads the one zero
+        # page at each of its addresses, which some CPUs copy several times
+        # slower than memory (docs/performance.md)
+        UCX_ALLOC_PRIO=heap MALLOC_PERTURB_=165 \
             "$here/perftest_compare.sh" -i -q -m "$module" -s "$s" -N "$n" \
             -r "$reps" -w "$wires" \
             -t ucp_tag_bw,ucp_am_bw,ucp_stream_bw,ucp_tag_lat \
