@@ -91,9 +91,10 @@ Parts:
             times slower than memory on some CPUs (a 16 MiB copy 4.7
             against 36 GB/s on the test machine, an AMD EPYC; both
             transports alike). By default ucx_perftest allocates them
-            through UCP, which takes posix's shared memory (small pages) for posix+cma and
-            transparent huge pages for remapring, a difference of 2-3x from
-            4 MiB on that is the allocation's, not the transport's. Then
+            through UCP, which takes posix's shared memory (small pages)
+            for posix+cma and transparent huge pages for remapring, a
+            difference of 2-3x from 4 MiB on that is the allocation's, not
+            the transport's. Then
             test/apps/mpi_bench.c at the same sizes under each MPI: bw,
             bibw and allreduce between two ranks, and mbw, the bandwidth of
             two pairs at once (four ranks, rank i sending to i + 2, as
@@ -427,9 +428,10 @@ if [[ ,$parts, == *,large,* ]]; then
                               tail -5 "$o" >&2; }
                     done
                     {
-                        for t in bw:bw:bw bibw:bw:bw allreduce:lat:ar \
+                        # test:metric:output
+                        for l in bw:bw:bw bibw:bw:bw allreduce:lat:ar \
                                  mbw:bw:mbw; do
-                            IFS=: read -r t m o <<< "$t"
+                            IFS=: read -r t m o <<< "$l"
                             mpi_row "$mpi" "$tr" "$r" \
                                 "$tmp/mpi-large.$o.out" "$t" "$s" "$m"
                         done
