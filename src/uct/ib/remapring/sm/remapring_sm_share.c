@@ -47,11 +47,14 @@
  *
  * Sharing pays only if the helper's chunks go about as fast as the
  * requester's. They do not always: on one machine, with the two cores on
- * different dies, UCP tag_bw of 16 MiB between buffers from malloc() moved
- * 7 GB/s shared and 16-23 alone (the helper's process_vm_writev into the
- * receiver's buffer ran at a fifth of the requester's process_vm_readv;
- * posix+cma's put has the same cost), while at 4 MiB
- * sharing moved 28-32 against 21. So the requester times what it moves, per
+ * different dies, UCP tag_bw of 16 MiB between buffers from malloc() that
+ * nobody had written moved 7 GB/s shared and 16-23 alone (the helper's
+ * process_vm_writev reads its own buffer in user space, there the zero
+ * page at every address, at a fifth of the speed at which the requester's
+ * process_vm_readv reads it in the kernel; posix+cma's put has the same
+ * cost), while at 4 MiB sharing moved 28-32 against 21. Written buffers
+ * lost at no size there, but a buffer may be slow to push for any reason.
+ * So the requester times what it moves, per
  * size class (the log2 of the length): each shared operation, and now and
  * then a few it copies alone, and keeps a moving average of each. While
  * the alone ones move clearly more (uct_remapring_share_judge()), the next
@@ -156,6 +159,13 @@ static size_t uct_remapring_share_chunk(size_t length)
     return ucs_align_up_pow2(chunk, UCS_KBYTE * 4);
 }
 
+/* The bytes of chunk @a index of @a req: the last may be short */
+static size_t uct_remapring_share_chunk_length(
+        const uct_remapring_share_req_t *req, uint32_t index)
+{
+    return ucs_min(req->chunk, req->length - (size_t)index * req->chunk);
+}
+
 /* Copy chunk @a index of the operation @a req names between this process's
  * side and process @a pid's; 0 or the errno. @a helper: this process is
  * the helper. */
@@ -164,7 +174,7 @@ static int uct_remapring_share_copy(const uct_remapring_share_req_t *req,
                                     int helper)
 {
     size_t offset       = (size_t)index * req->chunk;
-    size_t length       = ucs_min(req->chunk, req->length - offset);
+    size_t length       = uct_remapring_share_chunk_length(req, index);
     uint64_t other_base = helper ? req->requester_addr : req->helper_addr;
     struct iovec local, remote;
     int write;
@@ -201,8 +211,7 @@ static unsigned uct_remapring_share_take(uct_remapring_share_t *share,
             return mine;
         }
 
-        *bytes_p += ucs_min(req->chunk,
-                            req->length - (size_t)index * req->chunk);
+        *bytes_p += uct_remapring_share_chunk_length(req, index);
         ++mine;
     }
 }
