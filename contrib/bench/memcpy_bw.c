@@ -73,6 +73,15 @@ static void *buffer(size_t size, int fill)
     return p;
 }
 
+/* A raw CSV row: @a count copies of @a size bytes in @a elapsed seconds,
+ * in MB/s (2^20 bytes a second) */
+static void report(const char *bench, const char *way, size_t size,
+                   size_t count, double elapsed, const char *run)
+{
+    printf("%s,%zu,bw,%s,%s,%.1f\n", bench, size, way, run,
+           (double)size * count / elapsed / (1 << 20));
+}
+
 static int measure(size_t size, const char *run)
 {
     size_t count = run_count(size), i;
@@ -95,8 +104,7 @@ static int measure(size_t size, const char *run)
     }
     elapsed = now_sec() - start;
 
-    printf("memcpy,%zu,bw,memcpy,%s,%.1f\n", size, run,
-           (double)size * count / elapsed / (1 << 20));
+    report("memcpy", "memcpy", size, count, elapsed, run);
     free(src);
     free(dst);
     return 0;
@@ -109,13 +117,6 @@ static void spin(void)
 #else
     __asm__ volatile("" : : : "memory");
 #endif
-}
-
-static void report(const char *way, size_t size, size_t count,
-                   double elapsed, const char *run)
-{
-    printf("plain copy,%zu,bw,%s,%s,%.1f\n", size, way, run,
-           (double)size * count / elapsed / (1 << 20));
 }
 
 /* 1copy-cma: one process_vm_readv() a message from a child's buffer */
@@ -177,7 +178,7 @@ static int plain_cma(size_t size, const char *run)
         }
     }
     elapsed = now_sec() - start;
-    report("1copy-cma", size, count, elapsed, run);
+    report("plain copy", "1copy-cma", size, count, elapsed, run);
     rc = 0;
 
 out_child:
@@ -202,6 +203,13 @@ typedef struct {
     char     pad3[4096 - 2 * PLAIN_LINE - sizeof(uint64_t)];
     char     slots[PLAIN_NSLOTS][PLAIN_SLOT_SIZE];
 } plain_ring_t;
+
+/* The bytes of the piece of a @a size message at @a off: a slot's, or
+ * what is left */
+static size_t plain_piece(size_t size, size_t off)
+{
+    return ((size - off) < PLAIN_SLOT_SIZE) ? (size - off) : PLAIN_SLOT_SIZE;
+}
 
 /* 2copy-shm: a sender copies into 4 slots, a receiver copies out */
 static int plain_shm(size_t size, const char *run)
@@ -234,7 +242,7 @@ static int plain_shm(size_t size, const char *run)
                 spin();
             }
             off = (i % per_msg) * piece;
-            len = ((size - off) < piece) ? (size - off) : piece;
+            len = plain_piece(size, off);
             memcpy(dst + off, ring->slots[i % PLAIN_NSLOTS], len);
             __atomic_store_n(&ring->consumed, i + 1, __ATOMIC_RELEASE);
         }
@@ -266,7 +274,7 @@ static int plain_shm(size_t size, const char *run)
             spin();
         }
         off = (i % per_msg) * piece;
-        len = ((size - off) < piece) ? (size - off) : piece;
+        len = plain_piece(size, off);
         memcpy(ring->slots[i % PLAIN_NSLOTS], src + off, len);
         __atomic_store_n(&ring->produced, i + 1, __ATOMIC_RELEASE);
     }
@@ -274,7 +282,7 @@ static int plain_shm(size_t size, const char *run)
         spin();
     }
     elapsed = now_sec() - start;
-    report("2copy-shm", size, count, elapsed, run);
+    report("plain copy", "2copy-shm", size, count, elapsed, run);
 
     waitpid(pid, NULL, 0);
     free(src);
